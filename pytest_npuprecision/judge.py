@@ -1,0 +1,134 @@
+"""The public entry points: judge an output against its golden, or assert that it is precise."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .dtypes import parse_dtype
+from .metrics import Accumulation, Metrics, compute_metrics
+from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
+from .standards import Subject, inf_nan_gate, select
+from .verdict import Element, Status, Verdict, render_message
+
+
+def judge(
+    actual: Any,
+    golden: Any,
+    *,
+    baseline: Any = None,
+    op: str | None = None,
+    dtype: Any = None,
+    standard: str | None = None,
+    accumulation: Accumulation | None = None,
+    rules: Rules | None = None,
+    notes: tuple[str, ...] = (),
+) -> Verdict:
+    """Judge a device-under-test output against a high-precision golden.
+
+    actual: the device's output. golden: the same output computed in higher precision (float64).
+    baseline: optionally the same op in the same dtype on a trusted device, for the benchmark
+    standard. op: the op's name ("Functional.gelu", "matmul") to pick its standard and limits.
+    dtype: the dtype whose standards apply (default: actual's). standard: force one standard.
+    accumulation: the reduction length and term norms for the error-bound standard.
+    """
+    rules = rules or Rules.default()
+    actual = _tensor(actual, "actual")
+    golden = _tensor(golden, "golden")
+    target = actual.dtype if dtype is None else parse_dtype(dtype)
+    if actual.dtype != target:
+        actual = actual.to(target)
+    _check_shape(golden, actual, "golden")
+    if baseline is not None:
+        baseline = _tensor(baseline, "baseline")
+        _check_shape(baseline, actual, "baseline")
+        baseline = baseline.to(target)
+    if standard is not None and standard not in STANDARD_NAMES:
+        raise ValueError(f"standard {standard!r} is unknown: use one of {', '.join(STANDARD_NAMES)}")
+    if standard == "benchmark" and baseline is None:
+        raise ValueError("standard 'benchmark' needs a baseline: pass baseline=<same op on a trusted device>")
+    if target.is_complex:
+        raise ValueError(f"dtype {target} is complex: judge the real and imaginary parts separately")
+    name = parse_op_name(op) if op is not None else None
+
+    rule = rules.op_rule(name)
+    accumulation = accumulation or Accumulation()
+    if rule.roundings > accumulation.roundings:
+        accumulation = dataclasses.replace(accumulation, roundings=rule.roundings)
+    params = rules.params(target)
+    metrics = compute_metrics(actual, golden, params, accumulation)
+    base_metrics = compute_metrics(baseline, golden, params, accumulation) if baseline is not None else None
+    chosen = select(Subject(name, target, rule, baseline is not None), standard)
+    limits = rules.limits_for(chosen.name, target, rule)
+    checks = []
+    if target.is_floating_point:
+        checks.append(inf_nan_gate(metrics))
+    checks.extend(chosen.checks(metrics, limits, base_metrics, rules.benchmark_floor(target)))
+    status = Status.worst(c.status for c in checks)
+    gate_failed = checks[0].metric == "nonfinite_mismatch" and checks[0].status is Status.ERROR
+    worst_field = "nonfinite" if gate_failed else chosen.worst
+    all_notes = tuple(notes) + _notes(actual, golden, metrics, base_metrics)
+    return Verdict(
+        status=status,
+        standard=chosen.name,
+        op=name.qualified if name else None,
+        dtype=str(target).removeprefix("torch."),
+        shape=tuple(actual.shape),
+        checks=tuple(checks),
+        metrics=metrics,
+        baseline_metrics=base_metrics,
+        worst=_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
+        notes=all_notes,
+    )
+
+
+def assert_precise(actual: Any, golden: Any, **kwargs: Any) -> Verdict:
+    """Like :func:`judge`, but raise ``AssertionError`` with the rendered message on an error."""
+    verdict = judge(actual, golden, **kwargs)
+    if verdict.status is Status.ERROR:
+        raise AssertionError(render_message(verdict))
+    return verdict
+
+
+def _tensor(value: Any, what: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (bool, int, float)):
+        return torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
+    raise TypeError(f"{what} must be a torch.Tensor (or a Python number), not {type(value).__name__}")
+
+
+def _check_shape(other: torch.Tensor, actual: torch.Tensor, what: str) -> None:
+    if other.shape != actual.shape:
+        raise ValueError(
+            f"{what} shape {tuple(other.shape)} does not match actual shape {tuple(actual.shape)}: "
+            f"pass the {what} of the same output"
+        )
+
+
+def _element(flat_index: int, actual, golden, baseline) -> Element | None:
+    if flat_index < 0:
+        return None
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), actual.shape)) if actual.dim() else ()
+
+    def value(t: torch.Tensor) -> float:
+        return t.reshape(-1)[flat_index].item()
+
+    return Element(index, value(actual), value(golden), None if baseline is None else value(baseline))
+
+
+def _notes(actual, golden, metrics: Metrics, base: Metrics | None) -> tuple[str, ...]:
+    notes = []
+    if actual.numel() == 0:
+        notes.append("empty output: nothing to compare")
+    if actual.dtype.is_floating_point and golden.dtype.is_floating_point:
+        if torch.finfo(golden.dtype).eps >= torch.finfo(actual.dtype).eps and actual.dtype != torch.float64:
+            notes.append(f"golden is {golden.dtype}, no more precise than the output: errors are understated")
+    if base is not None and base.nonfinite_mismatch:
+        notes.append(f"the baseline itself has {base.nonfinite_mismatch} inf/nan mismatches with the golden")
+    return tuple(notes)
+
+
+__all__ = ["judge", "assert_precise", "Accumulation", "OpName"]

@@ -1,0 +1,308 @@
+"""Error metrics of one output tensor against its golden, computed with torch where the data lives.
+
+The tensors are walked in flat chunks so that a tensor of hundreds of millions of elements needs
+only a few chunk-sized temporaries, and every reduction stays on the device until one final
+transfer. Metrics are computed in float64 where the device has it (float32 elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+
+from .dtypes import FloatFormat, float_format
+
+_MIN_CHUNK = 1 << 16
+_MAX_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """How much accumulation produced each output element, for the error-bound standard.
+
+    length: the reduction length K (1 for elementwise ops).
+    term_norm: optional, broadcastable to the output: per output element, the L2 norm of the K
+        terms that were summed, e.g. ``sqrt((a * a) @ (b * b))`` for ``a @ b``.
+    roundings: how many intermediate results a fair implementation rounds to the output dtype
+        (attention rounds its probabilities before multiplying by V); each adds u·scale.
+    """
+
+    length: int = 1
+    term_norm: torch.Tensor | None = None
+    roundings: int = 0  # intermediate results rounded to the output dtype (fused ops, attention)
+
+
+@dataclass(frozen=True)
+class MetricParams:
+    """Per-dtype constants that shape the metrics themselves (from the threshold table)."""
+
+    small_value: float  # |golden| below this is judged by absolute, not relative, error
+    small_value_atol: float
+    rtol: float  # relative tolerance of the absolute-threshold standard
+    ulp_threshold: float  # an element erring by more ULP than this counts as "over"
+    thousandth_rtol: float  # relative error that still counts towards the thousandth ratio
+
+
+@dataclass(frozen=True)
+class WorstIndices:
+    """Flat indices of the decisive elements; -1 where there is none."""
+
+    nonfinite: int = -1  # first element whose inf/nan disagrees with the golden
+    binary: int = -1  # first element not bit-equal to the golden rounded to the dtype
+    abs: int = -1
+    rel: int = -1
+    ulp: int = -1
+    bound: int = -1
+
+
+@dataclass(frozen=True)
+class Metrics:
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    finite: int  # elements finite on both sides: the ones the numeric metrics use
+    nan_actual: int
+    nan_golden: int  # counted on the golden rounded to the output dtype
+    inf_actual: int
+    inf_golden: int
+    nonfinite_mismatch: int
+    binary_mismatch: int
+    max_abs_err: float
+    mean_abs_err: float
+    rmse: float
+    max_rel_err: float  # over normal values, |golden| >= small_value
+    mean_rel_err: float
+    normal_count: int
+    small_count: int
+    rel_err_ratio: float  # share of normal values with relative error > rtol
+    small_value_err_ratio: float  # share of small values with absolute error > small_value_atol
+    error_balance: float  # (#above - #below) / #finite against the golden rounded to the dtype
+    magnitude_balance: float  # (#larger - #smaller in magnitude) / #finite: relative bias, truncation
+    max_ulp_err: float
+    mean_ulp_err: float
+    ulp_over_ratio: float
+    thousandth_ratio: float
+    cosine: float
+    max_bound_ratio: float  # error divided by the error bound of the computation
+    mean_bound_ratio: float
+    bound_bias: float  # mean of (actual - golden) / bound: an offset hidden under a loose bound
+    magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound: scaling, truncation
+    golden_rms: float
+    worst: WorstIndices
+
+    def as_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["shape"] = list(self.shape)
+        out["worst"] = {f.name: getattr(self.worst, f.name) for f in fields(self.worst)}
+        return out
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    return torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+
+
+def compute_metrics(
+    actual: torch.Tensor,
+    golden: torch.Tensor,
+    params: MetricParams,
+    accumulation: Accumulation | None = None,
+) -> Metrics:
+    """Every metric of ``actual`` (any dtype) against ``golden`` (same shape, higher precision)."""
+    fmt = float_format(actual.dtype) if actual.dtype.is_floating_point else None
+    device = actual.device
+    work = compute_dtype(device)
+    flat_a = actual.detach().reshape(-1)
+    flat_g = golden.detach().reshape(-1)
+    numel = flat_a.numel()
+    acc = accumulation or Accumulation()
+    term_norm = _flat_term_norm(acc.term_norm, actual.shape, device, work)
+    golden_rms = _finite_rms(flat_g, device, work) if numel else 0.0
+    chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
+    partials = [
+        _chunk_partials(
+            flat_a[start : start + chunk],
+            flat_g[start : start + chunk],
+            None if term_norm is None else term_norm[start : start + chunk],
+            start,
+            fmt,
+            params,
+            acc,
+            golden_rms,
+            work,
+        )
+        for start in range(0, numel, chunk)
+    ]
+    return _combine(partials, actual, golden_rms)
+
+
+def _flat_term_norm(term_norm, shape, device, work):
+    if term_norm is None:
+        return None
+    return term_norm.detach().to(device=device, dtype=work).broadcast_to(shape).reshape(-1)
+
+
+def _finite_rms(flat_g: torch.Tensor, device, work) -> float:
+    total = torch.zeros((), dtype=work, device=device)
+    for start in range(0, flat_g.numel(), _MAX_CHUNK):
+        g = flat_g[start : start + _MAX_CHUNK].to(device=device, dtype=work)
+        g = torch.where(torch.isfinite(g), g, 0)
+        total += torch.dot(g, g)
+    return math.sqrt(total.item() / flat_g.numel())
+
+
+# Names of the per-chunk partial results, in the order _chunk_partials returns them.
+_SUMS = (
+    "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
+    "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
+    "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
+    "sum_bound", "sum_bias", "sum_magnitude_bias",
+)
+_MAXIMA = ("abs", "rel", "ulp", "bound")
+_FIRSTS = ("nonfinite", "binary")
+
+
+def _first_true(mask: torch.Tensor, offset: int) -> torch.Tensor:
+    """Flat index of the first True element plus offset, or a huge number when there is none."""
+    hit = mask.any()
+    index = torch.argmax(mask.to(torch.uint8)) + offset
+    return torch.where(hit, index, torch.iinfo(torch.int64).max)
+
+
+def _max_with_index(values: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    value, index = torch.max(values, dim=0)
+    return value, index + offset
+
+
+def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, params, acc, golden_rms, work):
+    device = a_raw.device
+    a = a_raw.to(work)
+    g = g_raw.to(device=device, dtype=work)
+    # The golden as the output dtype would hold it: rounding is not an error, overflow is expected.
+    g_round = g_raw.to(device=device, dtype=a_raw.dtype).to(work)
+    nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
+    fin_a, fin_g = torch.isfinite(a), torch.isfinite(g_round)
+    both = fin_a & fin_g
+    same = (a == g_round) | (nan_a & nan_g)
+    if fmt is not None:
+        # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
+        same |= torch.isinf(a) & (torch.sign(a) == torch.sign(g)) & (g.abs() >= fmt.max)
+    nonfinite_mismatch = ~both & ~same
+
+    diff = torch.where(both, a - g, 0)
+    abs_err = diff.abs()
+    abs_g = torch.where(both, g.abs(), 0)
+    small = both & (abs_g < params.small_value)
+    normal = both & ~small
+    rel = torch.where(normal, abs_err / torch.where(normal, abs_g, 1), 0)
+
+    if fmt is not None:
+        tiny = math.ldexp(1.0, fmt.min_exponent)
+        exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
+        ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
+        ulp_err = abs_err / ulp
+        scale = abs_g.clamp(min=golden_rms) if term_norm is None else term_norm + abs_g
+        per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
+        bound = fmt.unit_roundoff * abs_g + per_scale * scale + fmt.smallest_subnormal / 2
+        bound_ratio = abs_err / bound
+        signed = torch.where(both, a - g_round, 0)
+        growth = torch.where(both, a.abs() - g_round.abs(), 0)
+        bias_terms = (signed / bound).sum(), (growth / bound).sum()
+    else:
+        ulp_err = bound_ratio = signed = growth = abs_err
+        bias_terms = abs_err.sum() * 0, abs_err.sum() * 0
+
+    a_fin = torch.where(both, a, 0)
+    g_fin = torch.where(both, g, 0)
+    sums = (
+        both.sum(), nan_a.sum(), nan_g.sum(), torch.isinf(a).sum(), torch.isinf(g_round).sum(),
+        nonfinite_mismatch.sum(), (~same).sum(), abs_err.sum(), torch.dot(abs_err, abs_err),
+        normal.sum(), rel.sum(), (rel > params.rtol).sum(), small.sum(),
+        (small & (abs_err > params.small_value_atol)).sum(), (signed > 0).sum(), (signed < 0).sum(),
+        (growth > 0).sum(), (growth < 0).sum(),
+        ulp_err.sum(), (ulp_err > params.ulp_threshold).sum(),
+        (both & (abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol)).sum(),
+        torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(),
+        *bias_terms,
+    )
+    maxima = tuple(_max_with_index(v, offset) for v in (abs_err, rel, ulp_err, bound_ratio))
+    firsts = (_first_true(nonfinite_mismatch, offset), _first_true(~same, offset))
+    return sums, maxima, firsts
+
+
+def _combine(partials, actual: torch.Tensor, golden_rms: float) -> Metrics:
+    numel = actual.numel()
+    if not partials:
+        return _empty(actual)
+    sums = torch.stack([torch.stack([s.to(torch.float64) for s in p[0]]) for p in partials]).sum(0)
+    max_values = torch.stack([torch.stack([m[0].to(torch.float64) for m in p[1]]) for p in partials])
+    max_indices = torch.stack([torch.stack([m[1] for m in p[1]]) for p in partials])
+    best = max_values.argmax(0)
+    maxima = max_values.gather(0, best[None]).squeeze(0)
+    arg = max_indices.gather(0, best[None]).squeeze(0)
+    firsts = torch.stack([torch.stack(p[2]) for p in partials]).min(0).values
+    # One transfer for everything.
+    s = dict(zip(_SUMS, sums.cpu().tolist()))
+    mx = dict(zip(_MAXIMA, maxima.cpu().tolist()))
+    ix = dict(zip(_MAXIMA, arg.cpu().tolist()))
+    fs = dict(zip(_FIRSTS, firsts.cpu().tolist()))
+    finite = int(s["finite"])
+
+    def mean(total: float, count: float) -> float:
+        return total / count if count else 0.0
+
+    none = torch.iinfo(torch.int64).max
+    worst = WorstIndices(
+        nonfinite=-1 if fs["nonfinite"] == none else int(fs["nonfinite"]),
+        binary=-1 if fs["binary"] == none else int(fs["binary"]),
+        **{k: (int(ix[k]) if finite and mx[k] > 0 else -1) for k in _MAXIMA},
+    )
+    norm_a, norm_g = math.sqrt(s["norm_a"]), math.sqrt(s["norm_g"])
+    if norm_a == 0 or norm_g == 0:
+        cosine = 1.0 if norm_a == norm_g else 0.0
+    else:
+        cosine = max(-1.0, min(1.0, s["dot"] / (norm_a * norm_g)))
+    return Metrics(
+        dtype=str(actual.dtype).removeprefix("torch."),
+        shape=tuple(actual.shape),
+        numel=numel,
+        finite=finite,
+        nan_actual=int(s["nan_actual"]),
+        nan_golden=int(s["nan_golden"]),
+        inf_actual=int(s["inf_actual"]),
+        inf_golden=int(s["inf_golden"]),
+        nonfinite_mismatch=int(s["nonfinite_mismatch"]),
+        binary_mismatch=int(s["binary_mismatch"]),
+        max_abs_err=mx["abs"] if finite else 0.0,
+        mean_abs_err=mean(s["sum_abs"], finite),
+        rmse=math.sqrt(mean(s["sum_sq"], finite)),
+        max_rel_err=mx["rel"] if s["normal_count"] else 0.0,
+        mean_rel_err=mean(s["sum_rel"], s["normal_count"]),
+        normal_count=int(s["normal_count"]),
+        small_count=int(s["small_count"]),
+        rel_err_ratio=mean(s["rel_over"], s["normal_count"]),
+        small_value_err_ratio=mean(s["small_over"], s["small_count"]),
+        error_balance=mean(s["above"] - s["below"], finite),
+        magnitude_balance=mean(s["larger"] - s["smaller"], finite),
+        max_ulp_err=mx["ulp"] if finite else 0.0,
+        mean_ulp_err=mean(s["sum_ulp"], finite),
+        ulp_over_ratio=mean(s["ulp_over"], finite),
+        thousandth_ratio=mean(s["thousandth"], finite) if finite else 1.0,
+        cosine=cosine,
+        max_bound_ratio=mx["bound"] if finite else 0.0,
+        mean_bound_ratio=mean(s["sum_bound"], finite),
+        bound_bias=mean(s["sum_bias"], finite),
+        magnitude_bound_bias=mean(s["sum_magnitude_bias"], finite),
+        golden_rms=golden_rms,
+        worst=worst,
+    )
+
+
+def _empty(actual: torch.Tensor) -> Metrics:
+    zero = {f.name: 0 for f in fields(Metrics)}
+    zero.update(
+        dtype=str(actual.dtype).removeprefix("torch."), shape=tuple(actual.shape),
+        thousandth_ratio=1.0, cosine=1.0, golden_rms=0.0, worst=WorstIndices(),
+    )
+    return Metrics(**zero)

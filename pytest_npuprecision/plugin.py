@@ -1,0 +1,1 @@
+"""pytest layer (being written)."""

@@ -1,0 +1,183 @@
+"""Precision standards: small objects that say whether they apply and judge metrics against limits.
+
+The first standard in :data:`STANDARDS` that applies to a subject wins. Every float standard sits
+behind the inf/nan gate: an inf or NaN the golden (rounded to the output dtype) does not have, or
+the reverse, is an error whatever the other metrics say.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .metrics import Metrics
+from .rules import Limit, OpName, OpRule
+from .verdict import Check, Status
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is being judged, as far as choosing a standard is concerned."""
+
+    op: OpName | None
+    dtype: torch.dtype
+    rule: OpRule
+    has_baseline: bool
+
+    @property
+    def table_standard(self) -> str | None:
+        if self.op is not None and self.op.direction == "backward":
+            return self.rule.backward
+        return self.rule.standard
+
+
+def _check(metric: str, value: float, limit: Limit, *, upper: bool = True, baseline: float | None = None) -> Check:
+    def beyond(bound: float) -> bool:
+        # NaN metrics never pass: they mean the comparison itself broke down.
+        return not (value <= bound) if upper else not (value >= bound)
+
+    if beyond(limit.error):
+        status = Status.ERROR
+    elif limit.warning is not None and beyond(limit.warning):
+        status = Status.WARNING
+    else:
+        status = Status.PASS
+    return Check(metric, value, limit.error, status, upper, baseline)
+
+
+def inf_nan_gate(m: Metrics) -> Check:
+    return _check("nonfinite_mismatch", m.nonfinite_mismatch, Limit(0))
+
+
+class Standard:
+    name: str
+    worst: str  # which WorstIndices field points at the decisive element
+
+    def applies(self, subject: Subject) -> bool:
+        return subject.table_standard == self.name
+
+    def checks(self, m: Metrics, limits: dict[str, Limit], baseline: Metrics | None, floor: float) -> list[Check]:
+        raise NotImplementedError
+
+
+class Binary(Standard):
+    """Integer, bool and index outputs, and ops that must be bit-exact: no element may differ."""
+
+    name, worst = "binary", "binary"
+
+    def applies(self, subject: Subject) -> bool:
+        return not subject.dtype.is_floating_point or subject.table_standard == self.name
+
+    def checks(self, m, limits, baseline, floor):
+        return [_check("binary_mismatch", m.binary_mismatch, limits["binary_mismatch"])]
+
+
+class Benchmark(Standard):
+    """The device's error against the golden, divided by the baseline's error against the golden.
+
+    Floors keep a perfect baseline from dividing by zero: relative metrics use the dtype's floor,
+    RMSE the floor times the golden's RMS (so it follows the data's scale), and error balance
+    0.1 or the sampling noise of a fair coin over the finite elements, whichever is larger: a
+    55:45 split of error signs is not a bias worth failing for.
+    """
+
+    name, worst = "benchmark", "rel"
+
+    def applies(self, subject: Subject) -> bool:
+        return subject.has_baseline
+
+    def checks(self, m, limits, baseline, floor):
+        assert baseline is not None
+        noise = 3 / math.sqrt(m.finite) if m.finite else 1.0
+        pairs = {
+            "small_value_err_ratio": (m.small_value_err_ratio, baseline.small_value_err_ratio, floor),
+            "rmse_ratio": (m.rmse, baseline.rmse, floor * m.golden_rms),
+            "max_rel_err_ratio": (m.max_rel_err, baseline.max_rel_err, floor),
+            "mean_rel_err_ratio": (m.mean_rel_err, baseline.mean_rel_err, floor),
+            "error_balance_ratio": (abs(m.error_balance), abs(baseline.error_balance), max(0.1, noise)),
+        }
+        checks = []
+        for metric, (device, base, least) in pairs.items():
+            denominator = max(base, least)
+            ratio = device / denominator if denominator > 0 else (0.0 if device == 0 else math.inf)
+            checks.append(_check(metric, ratio, limits[metric], baseline=base))
+        return checks
+
+
+class AbsoluteThreshold(Standard):
+    """Every normal element within rtol, every small element within small_value_atol."""
+
+    name, worst = "absolute", "rel"
+
+    def checks(self, m, limits, baseline, floor):
+        return [
+            _check("rel_err_ratio", m.rel_err_ratio, limits["rel_err_ratio"]),
+            _check("small_value_err_ratio", m.small_value_err_ratio, limits["small_value_err_ratio"]),
+        ]
+
+
+class Ulp(Standard):
+    """Errors in units in the last place of the output dtype (subnormal spacing below the normals)."""
+
+    name, worst = "ulp", "ulp"
+
+    def checks(self, m, limits, baseline, floor):
+        return [
+            _check("max_ulp_err", m.max_ulp_err, limits["max_ulp_err"]),
+            _check("mean_ulp_err", m.mean_ulp_err, limits["mean_ulp_err"]),
+            _check("ulp_over_ratio", m.ulp_over_ratio, limits["ulp_over_ratio"]),
+        ]
+
+
+class Thousandth(Standard):
+    """At least 99.9 % of the elements within the dtype's thousandth tolerance (convolutions)."""
+
+    name, worst = "thousandth", "rel"
+
+    def checks(self, m, limits, baseline, floor):
+        return [_check("thousandth_ratio", m.thousandth_ratio, limits["thousandth_ratio"], upper=False)]
+
+
+class ErrorBound(Standard):
+    """Each element within a bound that grows with the computation, no baseline needed.
+
+    bound = u·|golden| + sqrt(K)·u_acc·scale, where u is the output dtype's unit roundoff, u_acc the
+    accumulator's, K the reduction length and scale the L2 norm of the summed terms plus |golden|
+    (or, without term norms, the larger of |golden| and the golden's RMS); ops that round
+    intermediates to the output dtype add u·scale per rounding. The ratio error/bound is judged at
+    its maximum and its mean; the mean signed ratio (an offset) and the mean magnitude ratio
+    (|actual| against |golden|: scaling, truncation) catch a bias hidden under a loose bound.
+    """
+
+    name, worst = "error_bound", "bound"
+
+    def applies(self, subject: Subject) -> bool:
+        return True  # the fallback for every float output
+
+    def checks(self, m, limits, baseline, floor):
+        # A bias is judged against what chance allows: the mean of n signed ratios whose typical
+        # size is the mean ratio strays by about mean/sqrt(n).
+        chance = 3 * m.mean_bound_ratio / math.sqrt(m.finite) if m.finite else math.inf
+        return [
+            _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"]),
+            _check("mean_bound_ratio", m.mean_bound_ratio, limits["mean_bound_ratio"]),
+            _check("bound_bias", abs(m.bound_bias), _at_least(limits["bound_bias"], chance)),
+            _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
+                   _at_least(limits["magnitude_bound_bias"], chance)),
+        ]
+
+
+def _at_least(limit: Limit, floor: float) -> Limit:
+    return Limit(max(limit.error, floor), None if limit.warning is None else max(limit.warning, floor))
+
+
+STANDARDS: tuple[Standard, ...] = (Binary(), Benchmark(), AbsoluteThreshold(), Ulp(), Thousandth(), ErrorBound())
+BY_NAME = {s.name: s for s in STANDARDS}
+
+
+def select(subject: Subject, explicit: str | None = None) -> Standard:
+    if explicit is not None:
+        return BY_NAME[explicit]
+    return next(s for s in STANDARDS if s.applies(subject))
