@@ -73,7 +73,7 @@ def judge(
     return Verdict(
         status=status,
         standard=chosen.name,
-        op=name.qualified if name else None,
+        op=op.strip() if op is not None else None,
         dtype=str(target).removeprefix("torch."),
         shape=tuple(actual.shape),
         checks=tuple(checks),

@@ -44,7 +44,7 @@ def _check(metric: str, value: float, limit: Limit, *, upper: bool = True, basel
         status = Status.WARNING
     else:
         status = Status.PASS
-    return Check(metric, value, limit.error, status, upper, baseline)
+    return Check(metric, value, limit.error, status, upper, baseline, limit.warning)
 
 
 def inf_nan_gate(m: Metrics) -> Check:

@@ -29,6 +29,7 @@ class Check:
     status: Status
     upper: bool = True
     baseline: float | None = None  # the baseline's own value, for ratio metrics
+    warning: float | None = None  # the warning limit, where the table gives one
 
     @property
     def relation(self) -> str:
@@ -36,6 +37,14 @@ class Check:
         if self.upper:
             return "<=" if ok else ">"
         return ">=" if ok else "<"
+
+    def describe(self) -> str:
+        """'rmse_ratio = 1.3 > warning limit 1.1 (error limit 4)'."""
+        if self.status is Status.WARNING:
+            bound = f"warning limit {_number(self.warning)} (error limit {_number(self.limit)})"
+        else:
+            bound = f"limit {_number(self.limit)}"
+        return f"{self.metric} = {_number(self.value)} {self.relation} {bound}"
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,17 @@ class Verdict:
         return tuple(c for c in self.checks if c.status is not Status.PASS)
 
 
-def _number(value: float | None) -> str:
+def _number(value: float | None, digits: int = 6) -> str:
     if value is None:
         return "-"
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return str(int(value))
-    return f"{value:.6g}"
+    return f"{value:.{digits}g}"
+
+
+def _value(value: float | None) -> str:
+    """Tensor values with enough digits to tell float32 neighbours apart."""
+    return _number(value, 9)
 
 
 def render_message(verdict: Verdict) -> str:
@@ -85,7 +99,7 @@ def render_message(verdict: Verdict) -> str:
     lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]
     shown = verdict.failures or verdict.checks
     for check in shown:
-        text = f"  {check.metric} = {_number(check.value)} {check.relation} limit {_number(check.limit)}"
+        text = f"  {check.describe()}"
         if check.baseline is not None:
             text += f" (baseline {_number(check.baseline)})"
         if check.status is not Status.PASS:
@@ -94,9 +108,9 @@ def render_message(verdict: Verdict) -> str:
     if verdict.worst is not None:
         w = verdict.worst
         where = ", ".join(map(str, w.index)) or "scalar"
-        text = f"  worst element [{where}]: actual {_number(w.actual)}, golden {_number(w.golden)}"
+        text = f"  worst element [{where}]: actual {_value(w.actual)}, golden {_value(w.golden)}"
         if w.baseline is not None:
-            text += f", baseline {_number(w.baseline)}"
+            text += f", baseline {_value(w.baseline)}"
         lines.append(text)
     compared = "actual vs golden" + (" and baseline vs golden" if verdict.baseline_metrics else "")
     lines.append(f"  compared: {compared}")

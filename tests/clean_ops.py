@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -166,3 +167,19 @@ CLEAN_OPS: tuple[OpSpec, ...] = (
     OpSpec("argmax", lambda x: x.argmax(-1), randn(64, 512)),
 )
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    actual: torch.Tensor
+    golden: torch.Tensor
+    baseline: torch.Tensor
+    accumulation: Accumulation
+
+
+@lru_cache(maxsize=None)
+def evaluate(spec: OpSpec, dtype: torch.dtype) -> Evaluated:
+    """Run an op once per dtype for all the tests that judge it (results are never modified)."""
+    inputs = spec.inputs()
+    return Evaluated(spec.run(inputs, dtype), spec.golden(inputs, dtype), spec.baseline(inputs, dtype),
+                     spec.accumulation(inputs, dtype))

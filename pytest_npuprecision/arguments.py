@@ -1,0 +1,471 @@
+"""From msprobe value descriptors to the concrete arguments of one API call.
+
+Two steps, kept apart so that collection stays cheap:
+
+* ``decode_call`` / ``decode_value`` turn the JSON descriptors of a dump entry into plain
+  values and ``TensorSpec`` records. No file is touched; ``dump.py`` uses this to decide skips.
+* ``materialize`` turns a case into ``CallInputs``: tensors loaded from ``dump_tensor_data/``
+  (task ``tensor``) or synthesized from their statistics (task ``statistics``).
+
+Tensor files are untrusted input: only plain files inside ``dump_tensor_data/`` are opened,
+``.pt`` through ``torch.load(weights_only=True)`` and ``.npy`` without pickle.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+import torch
+
+from .synthesis import Role, RoleKind, role_for, synthesize
+
+if TYPE_CHECKING:
+    from .dump import DumpCase
+
+TENSOR_TYPES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter", "numpy.ndarray"})
+_SCALAR_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+# numpy scalars are written by their bare type name ("float32"); the value is already a plain number.
+_NUMPY_SCALARS = frozenset(
+    {"bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64", "longlong", "intc", "double", "half", "single"}
+)
+_LOADABLE_SUFFIXES = (".pt", ".npy")
+_STAT_TYPES = frozenset({int, float, bool, type(None)})
+
+
+class DescriptorError(ValueError):
+    """A value descriptor that cannot become an argument; ``where`` locates it in the entry."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where} {problem}")
+        self.where = where
+        self.problem = problem
+
+
+class MalformedDescriptor(DescriptorError):
+    """The descriptor's structure is wrong (not an object, a shape that is not a list, ...)."""
+
+
+class UnsupportedDescriptor(DescriptorError):
+    """The descriptor is well formed but names something this harness cannot rebuild."""
+
+
+class DumpDataError(Exception):
+    """A tensor file that cannot be used; the message names the API key, the argument and the file."""
+
+    def __init__(self, key: str, where: str, path: Path | str, problem: str):
+        super().__init__(f"{key} {where}: {path} {problem}")
+        self.key = key
+        self.where = where
+        self.path = str(path)
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a dump says about one tensor. Statistics keep their JSON values: ±inf and nan stay."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    max: float | bool | None
+    min: float | bool | None
+    mean: float | None
+    norm: float | None
+    requires_grad: bool
+    data_name: str | None
+    where: str
+    ndarray: bool = False  # the argument was a numpy array, not a tensor
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def rebuildable(self) -> bool:
+        """True when there is a file to load, nothing to make, or the extremes to synthesize from."""
+        return self.data_name is not None or self.numel == 0 or (self.max is not None and self.min is not None)
+
+
+@dataclass(frozen=True)
+class DumpedDevice:
+    """A ``torch.device`` argument, kept as a marker: the runner puts its own device there."""
+
+    original: str
+
+
+@dataclass(frozen=True)
+class DecodedCall:
+    """The decoded positional and keyword arguments of one forward entry."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def specs(self) -> Iterator[TensorSpec]:
+        yield from iter_specs(self.args)
+        yield from iter_specs(self.kwargs)
+
+    def top_level(self) -> dict[str, Any]:
+        """Each top-level argument by its ``where``, for rules that look at a neighbouring argument."""
+        values = {f"input_args[{i}]": v for i, v in enumerate(self.args)}
+        values.update({f"input_kwargs[{k!r}]": v for k, v in self.kwargs.items()})
+        return values
+
+
+@dataclass(frozen=True)
+class CallInputs:
+    """Concrete CPU arguments of one case.
+
+    Tensors that required grad when dumped come with ``requires_grad=True`` (floating dtypes only);
+    ``requires_grad`` lists where they were. ``grad_outputs`` is the dumped ``backward.input``:
+    the gradients flowing into the API's outputs (``()`` for a forward case).
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    grad_outputs: tuple[torch.Tensor | None, ...] = ()
+    requires_grad: tuple[str, ...] = ()
+
+    def with_device(self, device: torch.device | str) -> "CallInputs":
+        """The same inputs with every dumped ``torch.device`` argument replaced by ``device``."""
+        device = torch.device(device)
+        return replace(self, args=tuple(_replace_devices(self.args, device)),
+                       kwargs=_replace_devices(self.kwargs, device))
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def decode_call(entry: Any) -> DecodedCall:
+    """Decode a forward entry's ``input_args`` and ``input_kwargs``."""
+    if not isinstance(entry, dict):
+        raise MalformedDescriptor("the entry", f"is {_kind(entry)}, expected an object")
+    args, kwargs = entry.get("input_args"), entry.get("input_kwargs")
+    if not isinstance(args, list):
+        raise MalformedDescriptor("input_args", f"is {_kind(args)}, expected a list")
+    if not isinstance(kwargs, dict):
+        raise MalformedDescriptor("input_kwargs", f"is {_kind(kwargs)}, expected an object")
+    return DecodedCall(
+        tuple(decode_value(d, f"input_args[{i}]") for i, d in enumerate(args)),
+        {name: decode_value(d, f"input_kwargs[{name!r}]") for name, d in kwargs.items()},
+    )
+
+
+def decode_grads(entry: Any) -> tuple[TensorSpec | None, ...]:
+    """Decode a backward entry's ``input``: one tensor (or ``None``) per API output."""
+    if not isinstance(entry, dict):
+        raise MalformedDescriptor("the backward entry", f"is {_kind(entry)}, expected an object")
+    grads = entry.get("input")
+    if not isinstance(grads, list):
+        raise MalformedDescriptor("backward input", f"is {_kind(grads)}, expected a list")
+    decoded = tuple(decode_value(d, f"backward input[{i}]") for i, d in enumerate(grads))
+    for i, grad in enumerate(decoded):
+        if grad is not None and not isinstance(grad, TensorSpec):
+            raise UnsupportedDescriptor(f"backward input[{i}]", f"is {_kind(grad)}, expected a tensor or null")
+    return decoded
+
+
+def decode_value(desc: Any, where: str) -> Any:
+    """One descriptor to a Python value, a ``TensorSpec`` or a ``DumpedDevice``."""
+    if desc is None:
+        return None
+    if isinstance(desc, list):
+        return [decode_value(d, f"{where}[{i}]") for i, d in enumerate(desc)]
+    if not isinstance(desc, dict):
+        raise MalformedDescriptor(where, f"is {_kind(desc)}, expected a descriptor object")
+    kind = desc.get("type")
+    if kind in TENSOR_TYPES:
+        return _tensor_spec(desc, where)
+    if kind in _SCALAR_TYPES:
+        return _scalar(desc, kind, where)
+    if kind in _NUMPY_SCALARS or (isinstance(kind, str) and kind.removeprefix("numpy.") in _NUMPY_SCALARS):
+        return desc.get("value")
+    decode = _OTHER_TYPES.get(kind)
+    if decode is None:
+        if kind is None:
+            raise UnsupportedDescriptor(where, f"has no 'type' (keys {sorted(desc)}), so it cannot be rebuilt")
+        raise UnsupportedDescriptor(where, f"has type {kind!r}, which this harness cannot rebuild")
+    try:
+        return decode(desc)
+    except (TypeError, ValueError, AttributeError) as exc:
+        value = desc.get("value")
+        raise MalformedDescriptor(where, f"of type {kind!r} has an unusable value {value!r} ({exc})") from None
+
+
+def require_rebuildable(spec: TensorSpec) -> None:
+    """Raise ``UnsupportedDescriptor`` for a tensor with neither a file nor the statistics to make it."""
+    if not spec.rebuildable:
+        dtype = str(spec.dtype).removeprefix("torch.")
+        raise UnsupportedDescriptor(
+            spec.where, f"is a {dtype} tensor with no data file and no Min/Max to synthesize it from; "
+            "dump with task 'tensor' to test this API")
+
+
+def iter_specs(value: Any) -> Iterator[TensorSpec]:
+    """Every ``TensorSpec`` inside a decoded value, depth first."""
+    if isinstance(value, TensorSpec):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from iter_specs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_specs(item)
+
+
+def parse_dtype(name: Any) -> torch.dtype:
+    """``"torch.float16"`` to ``torch.float16``; anything else raises ValueError."""
+    dtype = _DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise ValueError(f"{name!r} is not a torch dtype")
+    return dtype
+
+
+# Built once: a big dump spells out a dtype for every tensor.
+_DTYPES = {str(v): v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+
+
+def _tensor_spec(desc: dict, where: str) -> TensorSpec:
+    ndarray = desc["type"] == "numpy.ndarray"
+    try:
+        dtype = parse_dtype(desc.get("dtype") if not ndarray else _numpy_dtype_name(desc.get("dtype")))
+    except ValueError:
+        raise UnsupportedDescriptor(where, f"has dtype {desc.get('dtype')!r}, which this torch does not know") from None
+    shape = desc.get("shape")
+    if type(shape) is not list or not {type(d) for d in shape} <= {int} or (shape and min(shape) < 0):
+        raise MalformedDescriptor(where, f"has shape {shape!r}, expected a list of non-negative ints")
+    stats = (desc.get("Max"), desc.get("Min"), desc.get("Mean"), desc.get("Norm"))
+    if not {type(s) for s in stats} <= _STAT_TYPES:
+        raise MalformedDescriptor(where, f"has statistics {list(stats)!r}, expected numbers, booleans or null")
+    data_name = desc.get("data_name")
+    if data_name is not None and not isinstance(data_name, str):
+        raise MalformedDescriptor(where, f"has data_name {data_name!r}, expected a file name")
+    return TensorSpec(dtype, tuple(shape), *stats, requires_grad=desc.get("requires_grad") is True,
+                      data_name=data_name, where=where, ndarray=ndarray)
+
+
+def _numpy_dtype_name(name: Any) -> str:
+    return name if isinstance(name, str) and name.startswith("torch.") else f"torch.{name}"
+
+
+def _scalar(desc: dict, kind: str, where: str) -> Any:
+    value = desc.get("value")
+    expected = _SCALAR_TYPES[kind]
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (kind == "int" and isinstance(value, bool)) or not isinstance(value, expected):
+        raise MalformedDescriptor(where, f"has value {value!r}, which is not of type {kind!r}")
+    return value
+
+
+def _memory_format(desc: dict) -> torch.memory_format:
+    fmt = getattr(torch, str(desc.get("format", desc.get("value"))).removeprefix("torch."), None)
+    if not isinstance(fmt, torch.memory_format):
+        raise ValueError("not a torch memory format")
+    return fmt
+
+
+def _slice(desc: dict) -> slice:
+    value = desc["value"]
+    if not isinstance(value, list) or len(value) != 3:
+        raise ValueError("expected [start, stop, step]")
+    return slice(*value)
+
+
+_OTHER_TYPES = {
+    "slice": _slice,
+    "ellipsis": lambda desc: ...,
+    "torch.Size": lambda desc: torch.Size(desc["value"]),
+    "torch.dtype": lambda desc: parse_dtype(desc["value"]),
+    "torch.device": lambda desc: DumpedDevice(str(desc["value"])),
+    "torch.memory_format": _memory_format,
+}
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+# ---------------------------------------------------------------- materializing
+
+
+def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) -> CallInputs:
+    """Concrete inputs of ``case``: real tensor files where the dump has them, else synthesized.
+
+    Synthesized tensors get per-tensor seeds from the forward case id and the argument's position,
+    so a backward case sees exactly its forward case's inputs, in any run order. ``seed`` is an
+    optional run-wide salt: give the same value to every case (not ``case.seed``) to draw a
+    different but equally reproducible set of inputs.
+    """
+    call = _decode_for(case.forward_key, decode_call, case.forward, case.source)
+    context = call.top_level()
+    grad_paths: list[str] = []
+
+    def build(spec: TensorSpec, key: str, base_seed: int, role: Role | None) -> torch.Tensor:
+        if spec.data_name is not None:
+            return load_tensor(data_dir, spec, key)
+        _decode_for(key, require_rebuildable, spec, case.source)
+        return synthesize(spec, tensor_seed(base_seed, spec.where, seed), role=role)
+
+    def forward_tensor(spec: TensorSpec) -> torch.Tensor:
+        role = resolve_role(role_for(case.name, spec.where), context)
+        tensor = build(spec, case.forward_key, case.forward_seed, role)
+        differentiable = isinstance(tensor, torch.Tensor) and (tensor.is_floating_point() or tensor.is_complex())
+        if spec.requires_grad and differentiable:
+            grad_paths.append(spec.where)
+            tensor.requires_grad_(True)
+        return tensor
+
+    args = tuple(_map_specs(call.args, forward_tensor))
+    kwargs = _map_specs(call.kwargs, forward_tensor)
+    grads: tuple[torch.Tensor | None, ...] = ()
+    if case.direction == "backward":
+        specs = _decode_for(case.key, decode_grads, case.backward, case.source)
+        grads = tuple(None if s is None else build(s, case.key, case.seed, None) for s in specs)
+    return CallInputs(args, kwargs, grads, tuple(grad_paths))
+
+
+def tensor_seed(base_seed: int, where: str, salt: int | None = None) -> int:
+    """The generator seed of one synthesized tensor: the case seed mixed with its position."""
+    text = where if salt is None else f"{salt}:{where}"
+    return zlib.crc32(text.encode(), base_seed & 0xFFFFFFFF)
+
+
+def resolve_role(role: Role | None, context: dict[str, Any]) -> Role | None:
+    """Fill in the bound of an index or class-target role from the call's other arguments.
+
+    Returns ``None`` when the bound cannot be found: the statistics alone then decide.
+    """
+    if role is None or role.kind not in (RoleKind.INDEX, RoleKind.CLASS_TARGET):
+        return role
+    source = _first(context, role.size_of)
+    if not isinstance(source, TensorSpec):
+        return None
+    if role.kind is RoleKind.CLASS_TARGET:
+        dim = 1 if len(source.shape) >= 2 else 0  # class scores are (C,) or (N, C, ...)
+    elif role.dim_from:
+        dim = _first(context, role.dim_from)
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            return None
+    else:
+        dim = role.dim
+    if dim is None:
+        limit = source.numel
+    elif isinstance(dim, int) and -len(source.shape) <= dim < len(source.shape):
+        limit = source.shape[dim]
+    else:
+        return None
+    ignore = _first(context, role.ignore_from) if role.ignore_from else None
+    ignore = ignore if isinstance(ignore, int) and not isinstance(ignore, bool) else role.ignore_default
+    return replace(role, limit=limit, ignore_index=ignore)
+
+
+def _first(context: dict[str, Any], wheres: tuple[str, ...]) -> Any:
+    for where in wheres:
+        if where in context:
+            return context[where]
+    return None
+
+
+def _decode_for(key: str, decode, value: Any, source: Path):
+    """``decode(value)``, with a descriptor problem reported as a ``DumpDataError`` on dump.json."""
+    try:
+        return decode(value)
+    except DescriptorError as exc:
+        raise DumpDataError(key, exc.where, source, f"says it {exc.problem}") from None
+
+
+def _map_specs(value: Any, make) -> Any:
+    if isinstance(value, TensorSpec):
+        return make(value)
+    if isinstance(value, list):
+        return [_map_specs(v, make) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_map_specs(v, make) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_specs(v, make) for k, v in value.items()}
+    return value
+
+
+def _replace_devices(value: Any, device: torch.device) -> Any:
+    if isinstance(value, DumpedDevice):
+        return device
+    if isinstance(value, list):
+        return [_replace_devices(v, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_replace_devices(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _replace_devices(v, device) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor | np.ndarray:
+    """Load ``spec.data_name`` from ``data_dir`` safely and check it against the descriptor."""
+    name = spec.data_name or ""
+    shown = Path(data_dir) / name
+
+    def fail(problem: str) -> DumpDataError:
+        return DumpDataError(key, spec.where, shown, problem)
+
+    path = _inside(Path(data_dir), name)
+    if path is None:
+        raise fail("is outside dump_tensor_data/; data_name must be a plain file name inside that folder")
+    suffix = path.suffix.lower()
+    if suffix not in _LOADABLE_SUFFIXES:
+        raise fail(f"has suffix {suffix!r}; only .pt and .npy tensor files are loaded")
+    if not path.is_file():
+        raise fail("does not exist; copy the dump_tensor_data/ folder along with dump.json")
+    value = _read_pt(path, fail) if suffix == ".pt" else _read_npy(path, fail)
+    if not isinstance(value, torch.Tensor):
+        raise fail(f"holds a {type(value).__name__}, not a tensor; re-dump this API")
+    if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
+        raise fail(
+            f"holds a {_describe(value.dtype, tuple(value.shape))} tensor but dump.json says "
+            f"{_describe(spec.dtype, spec.shape)}; the file does not belong to this dump.json"
+        )
+    return value.numpy() if spec.ndarray else value
+
+
+def _inside(root: Path, name: str) -> Path | None:
+    """``root / name`` resolved, or None when ``name`` is absolute or leads out of ``root``."""
+    if not name or "\0" in name or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() \
+            or PureWindowsPath(name).drive:
+        return None
+    real_root = Path(os.path.realpath(root))
+    # realpath follows symlinks, so a link that points out of the folder is caught here too.
+    real = Path(os.path.realpath(root / name))
+    return real if real != real_root and real.is_relative_to(real_root) else None
+
+
+def _read_pt(path: Path, fail) -> Any:
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError:
+        raise fail("holds objects other than tensors, which torch.load(weights_only=True) refuses; "
+                   "re-dump this API") from None
+    except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError... for damaged archives
+        raise fail(f"is truncated or corrupt ({type(exc).__name__}); re-dump this API") from None
+
+
+def _read_npy(path: Path, fail) -> Any:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except Exception as exc:  # ValueError for object arrays, EOFError/OSError for damaged files
+        raise fail(f"is not a plain numeric .npy file ({type(exc).__name__}); re-dump this API") from None
+    try:
+        return torch.from_numpy(np.ascontiguousarray(array))
+    except TypeError:
+        raise fail(f"holds a numpy {array.dtype} array, which has no torch dtype") from None
+
+
+def _describe(dtype: torch.dtype, shape: tuple[int, ...]) -> str:
+    return f"{str(dtype).removeprefix('torch.')} {list(shape)}"

@@ -1,0 +1,336 @@
+"""Finding msprobe dumps and turning each API call in them into a case record.
+
+A dump root holds ``step<N>/rank<R>/dump.json`` (or ``proc<PID>`` without a rank). Every
+``data`` entry becomes one ``DumpCase``, in file order, which is execution order. An entry that
+cannot be re-run still becomes a case, with a ``SkipReason`` and a message naming its key, so a
+bad entry never hides the rest of the dump. Nothing here loads tensors.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .arguments import (
+    DecodedCall,
+    DescriptorError,
+    MalformedDescriptor,
+    UnsupportedDescriptor,
+    decode_call,
+    decode_grads,
+    iter_specs,
+    require_rebuildable,
+)
+
+DATA_DIR_NAME = "dump_tensor_data"
+_API_KEY = re.compile(
+    r"(?P<prefix>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)"
+)
+_MODULE_KEY = re.compile(r"Module\.(?P<name>.+)\.(?P<direction>forward|backward|parameters_grad)\.(?P<index>\d+)")
+_STEP_DIR = re.compile(r"step(\d+)")
+_RANK_DIR = re.compile(r"(rank|proc)(\d*)")
+_UNSUPPORTED_PREFIXES = frozenset({"Distributed", "MindSpeed", "VF"})
+
+
+class SkipReason(enum.Enum):
+    """Why a case is not run. The description is printed verbatim in the docs."""
+
+    MODULE_ENTRY = ("module-entry", "A module-level (L0) entry or a parameters_grad entry, not one API call.")
+    UNSUPPORTED_PREFIX = ("unsupported-prefix", "A Distributed, MindSpeed or VF API, which cannot be re-run alone.")
+    NO_FORWARD = ("no-forward", "A backward entry whose forward entry is not in the dump, so its inputs are unknown.")
+    RANDOM_OP = ("random-op", "An op that draws random numbers (dropout with p > 0, rand, bernoulli, ...).")
+    MISSING_DATA = ("missing-data", "An argument the dump does not describe well enough to rebuild.")
+    MALFORMED_ENTRY = ("malformed-entry", "An entry whose structure is not what msprobe writes.")
+
+    def __new__(cls, value: str, description: str):
+        member = object.__new__(cls)
+        member._value_ = value
+        member.description = description
+        return member
+
+
+@dataclass(frozen=True)
+class DumpCase:
+    """One API call in one direction; a backward case re-runs the forward from its inputs."""
+
+    key: str  # exactly as in dump.json: "Functional.gelu.0.forward"
+    api: str  # "Functional.gelu.0"
+    prefix: str  # "Functional", "Tensor", "Torch", "NPU", "Module", ...
+    name: str  # "gelu", "linalg.inv", "atb.npu_mla_preprocess"
+    call_index: int
+    direction: str  # "forward" or "backward" ("parameters_grad" for those Module entries)
+    forward_key: str
+    forward: Any  # the raw forward entry, or None
+    backward: Any  # the raw backward entry, or None
+    case_id: str  # "step0/rank0::Functional.gelu.0.forward"
+    seed: int  # zlib.crc32 of case_id
+    forward_seed: int  # zlib.crc32 of the forward case's id: a backward case rebuilds the same inputs
+    order: int  # position in dump.json, i.e. execution order
+    source: Path  # the dump.json
+    skip: SkipReason | None = None
+    skip_detail: str = ""
+
+    @property
+    def skip_message(self) -> str:
+        return f"{self.key}: {self.skip_detail}" if self.skip else ""
+
+
+@dataclass(frozen=True)
+class DumpFile:
+    """One dump.json. When ``error`` is set the file was unusable and ``cases`` is empty."""
+
+    path: Path
+    data_dir: Path  # dump.json's folder / dump_tensor_data; the recorded dump_data_dir is ignored
+    task: str | None
+    level: str | None
+    framework: str | None
+    step: int | None
+    rank: int | None
+    pid: int | None  # from a proc<PID> folder, used when msprobe knew no rank
+    location: str  # "step0/rank0", "step1/proc11235", or "" outside that layout
+    cases: tuple[DumpCase, ...]
+    error: str | None = None
+
+
+def find_dump_files(path: Path | str) -> list[Path]:
+    """Every dump.json at or under ``path``, in natural order (step2 before step10)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"dump path {str(path)!r} does not exist; pass a dump.json or a folder that contains one"
+        )
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d != DATA_DIR_NAME]  # thousands of tensor files, never a dump.json
+        if "dump.json" in files:
+            found.append(Path(root) / "dump.json")
+    return sorted(found, key=lambda p: _natural_key(p.relative_to(path)))
+
+
+def _natural_key(relative: Path) -> tuple:
+    return tuple(
+        tuple(int(chunk) if chunk.isdigit() else chunk for chunk in re.split(r"(\d+)", part))
+        for part in relative.parts
+    )
+
+
+def load_dump(path: Path | str) -> DumpFile:
+    """Read one dump.json into a ``DumpFile``; a file that is not a dump gives ``error``, never raises."""
+    path = Path(path)
+    step, rank, pid, location = _location(path)
+    empty = dict(path=path, data_dir=path.parent / DATA_DIR_NAME, step=step, rank=rank, pid=pid, location=location)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)  # Python's json accepts the bare NaN/Infinity msprobe writes
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        problem = f"is not readable JSON ({_first_line(exc)})"
+        return DumpFile(**empty, task=None, level=None, framework=None, cases=(), error=_file_error(path, problem))
+    if not isinstance(document, dict):
+        return DumpFile(**empty, task=None, level=None, framework=None, cases=(),
+                        error=_file_error(path, f"holds a JSON {type(document).__name__}, expected an object"))
+    meta = {name: _text(document.get(name)) for name in ("task", "level", "framework")}
+    data = document.get("data")
+    if not isinstance(data, dict):
+        problem = "has no 'data' object" if data is None else f"has a 'data' {type(data).__name__}, expected an object"
+        return DumpFile(**empty, **meta, cases=(), error=_file_error(path, problem))
+    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, location)))
+
+
+def _file_error(path: Path, problem: str) -> str:
+    return f"{path} {problem}; re-dump it with msprobe or remove it from the dump folder"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _location(path: Path) -> tuple[int | None, int | None, int | None, str]:
+    folder = path.parent
+    step = rank = pid = None
+    parts: list[str] = []
+    match = _RANK_DIR.fullmatch(folder.name)
+    if match:
+        parts.append(folder.name)
+        number = int(match[2]) if match[2] else None
+        rank, pid = (number, None) if match[1] == "rank" else (None, number)
+        folder = folder.parent
+    match = _STEP_DIR.fullmatch(folder.name)
+    if match:
+        parts.insert(0, folder.name)
+        step = int(match[1])
+    return step, rank, pid, "/".join(parts)
+
+
+# ---------------------------------------------------------------- cases
+
+
+def _cases(data: dict, source: Path, location: str):
+    forward_calls = _ForwardCalls()
+    for order, (key, entry) in enumerate(data.items()):
+        yield _case(key, entry, order, data, source, location, forward_calls)
+
+
+class _ForwardCalls:
+    """Decodes each forward entry once, for its forward case and its backward case alike."""
+
+    def __init__(self):
+        self._done: dict[str, DecodedCall | DescriptorError] = {}
+
+    def __call__(self, forward_key: str, forward: Any) -> DecodedCall:
+        result = self._done.get(forward_key)
+        if result is None:
+            try:
+                result = decode_call(forward)
+                _check_rebuildable(result.specs())
+            except DescriptorError as exc:
+                result = exc
+            self._done[forward_key] = result
+        if isinstance(result, DescriptorError):
+            raise result
+        return result
+
+
+def _case_id(location: str, key: str) -> str:
+    return f"{location}::{key}" if location else key
+
+
+def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: str,
+          forward_calls: _ForwardCalls) -> DumpCase:
+    parsed = _parse_key(key)
+    if parsed is None:
+        parsed = (key.split(".", 1)[0], "", -1, "", key, key)
+        problem = ("the key fits neither '<Prefix>.<api>.<index>.<forward|backward>' nor "
+                   "'Module.<path>.<Class>.<direction>.<index>'; msprobe did not write this entry")
+        skip = (SkipReason.MALFORMED_ENTRY, problem)
+    else:
+        skip = None
+    prefix, name, index, direction, api, forward_key = parsed
+    forward = entry if direction == "forward" else data.get(forward_key)
+    backward = entry if direction == "backward" else data.get(_backward_key(parsed))
+    case_id = _case_id(location, key)
+    if skip is None:
+        skip = _skip(prefix, name, direction, forward_key, forward, entry, forward_calls)
+    return DumpCase(
+        key=key, api=api, prefix=prefix, name=name, call_index=index, direction=direction,
+        forward_key=forward_key, forward=forward, backward=backward if isinstance(backward, dict) else None,
+        case_id=case_id, seed=zlib.crc32(case_id.encode()),
+        forward_seed=zlib.crc32(_case_id(location, forward_key).encode()),
+        order=order, source=source, skip=skip[0] if skip else None, skip_detail=skip[1] if skip else "",
+    )
+
+
+def _parse_key(key: str) -> tuple[str, str, int, str, str, str] | None:
+    """(prefix, name, call index, direction, api, forward key), or None for a key msprobe never writes."""
+    match = _MODULE_KEY.fullmatch(key)
+    if match:
+        name, index = match["name"], int(match["index"])
+        return "Module", name, index, match["direction"], f"Module.{name}.{index}", f"Module.{name}.forward.{index}"
+    match = _API_KEY.fullmatch(key)
+    if match:
+        api = f"{match['prefix']}.{match['name']}.{match['index']}"
+        return match["prefix"], match["name"], int(match["index"]), match["direction"], api, f"{api}.forward"
+    return None
+
+
+def _backward_key(parsed: tuple) -> str:
+    prefix, name, index, _, api, _ = parsed
+    return f"Module.{name}.backward.{index}" if prefix == "Module" else f"{api}.backward"
+
+
+def _skip(prefix: str, name: str, direction: str, forward_key: str, forward: Any, entry: Any,
+          forward_calls: _ForwardCalls):
+    """(reason, detail) for a case that cannot run, else None."""
+    if prefix == "Module" or direction == "parameters_grad":
+        return SkipReason.MODULE_ENTRY, "module-level entries are not single API calls; dump with level L1 or mix"
+    if prefix in _UNSUPPORTED_PREFIXES:
+        return SkipReason.UNSUPPORTED_PREFIX, f"{prefix} APIs cannot be re-run as a single op"
+    if direction == "backward" and forward is None:
+        return (SkipReason.NO_FORWARD,
+                f"its forward entry {forward_key} is not in dump.json, so its inputs are unknown; "
+                "dump with data_mode 'all'")
+    of_forward = "" if direction == "forward" else f"forward entry {forward_key}: "
+    try:
+        call = forward_calls(forward_key, forward)
+        if direction == "backward":
+            of_forward = ""
+            _check_rebuildable(decode_grads(entry))
+    except MalformedDescriptor as exc:
+        return SkipReason.MALFORMED_ENTRY, f"{of_forward}{exc}; re-dump this API or delete the entry"
+    except UnsupportedDescriptor as exc:
+        return SkipReason.MISSING_DATA, f"{of_forward}{exc}"
+    why = random_reason(name, call)
+    if why:
+        return SkipReason.RANDOM_OP, f"{name} draws random numbers ({why}), so device and golden cannot agree"
+    return None
+
+
+def _check_rebuildable(specs) -> None:
+    for spec in iter_specs(tuple(specs)):
+        require_rebuildable(spec)
+
+
+# ---------------------------------------------------------------- random ops
+
+
+@dataclass(frozen=True)
+class _Switch:
+    """An argument that turns an op's randomness off when it has the value ``off``."""
+
+    names: tuple[str, ...]  # keyword spellings
+    position: int
+    default: Any
+    off: Any
+
+
+_P = _Switch(("p",), 1, 0.5, 0)
+_TRAINING = _Switch(("training", "train"), 2, True, False)
+# Ops that draw random numbers only while every one of their switches is on.
+_RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
+    **{op: (_P, _TRAINING) for op in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                       "feature_alpha_dropout", "feature_dropout", "native_dropout")},
+    "rrelu": (_Switch(("training",), 3, False, False),),
+    "rrelu_": (_Switch(("training",), 3, False, False),),
+    "scaled_dot_product_attention": (_Switch(("dropout_p",), 4, 0.0, 0),),
+    "multi_head_attention_forward": (_Switch(("dropout_p",), 10, None, 0), _Switch(("training",), 13, True, False)),
+    "npu_fusion_attention": (_Switch(("keep_prob",), 9, 1.0, 1),),
+    "npu_dropout_with_add_softmax": (_Switch(("prob",), 3, None, 0),),
+}
+_ALWAYS_RANDOM = frozenset({
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+    "bernoulli_", "multinomial", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_",
+    "log_normal_", "random_", "poisson", "gumbel_softmax", "rrelu_with_noise", "npu_dropout",
+    "npu_dropout_gen_mask", "_npu_dropout",
+})
+
+
+def random_reason(name: str, call: DecodedCall) -> str | None:
+    """Why calling op ``name`` with these arguments is random, or None when it is deterministic."""
+    op = name.rsplit(".", 1)[-1]
+    if op in _ALWAYS_RANDOM:
+        return "always"
+    switches = _RANDOM_UNLESS.get(op)
+    if switches is None:
+        return "its name says dropout" if "dropout" in op else None
+    values = [_argument(call, s) for s in switches]
+    if any(value == s.off or value is None for value, s in zip(values, switches)):
+        return None
+    return ", ".join(f"{s.names[0]}={value!r}" for value, s in zip(values, switches))
+
+
+def _argument(call: DecodedCall, switch: _Switch) -> Any:
+    for keyword in switch.names:
+        if keyword in call.kwargs:
+            return call.kwargs[keyword]
+    return call.args[switch.position] if len(call.args) > switch.position else switch.default

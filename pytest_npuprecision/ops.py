@@ -1,0 +1,165 @@
+"""Resolve msprobe API names (``Functional.gelu``, ``Tensor.__add__``, ``Aten.add.Tensor``) to callables.
+
+Resolution never raises: a name that cannot be run comes back with ``unsupported`` set to a reason,
+which the plugin turns into a skip for that one case. Each name resolves once per process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Literal
+
+import torch
+
+OpKind = Literal["function", "method"]
+
+# Binary operators that have reflected (``__radd__``) and in-place (``__iadd__``) dunder forms.
+_BINARY_DUNDERS = frozenset({
+    "add", "sub", "mul", "matmul", "truediv", "floordiv", "div", "mod", "pow",
+    "and", "or", "xor", "lshift", "rshift",
+})
+
+# msprobe prefixes that name something other than a single op we can call (section 1.5, C6).
+_NOT_SINGLE_OPS = {
+    "VF": "torch._VF internals (lstm, gru, ...) are not public ops; test the Functional or Torch op instead",
+    "Distributed": "collective communication ops need a process group",
+    "MindSpeed": "MindSpeed ops belong to the MindSpeed framework, not to torch",
+    "Module": "module entries cover a whole nn.Module, not a single op",
+}
+
+
+@dataclass(frozen=True)
+class ResolvedOp:
+    """One msprobe API name and what calling it means.
+
+    For ``kind == "method"`` the callable is the unbound ``torch.Tensor`` method, so the tensor the
+    method was called on is ``args[0]`` and every op is called the same way: ``func(*args, **kwargs)``.
+    """
+
+    api_name: str  # "Tensor.__add__", as in the dump, without call index and direction
+    func: Callable[..., Any] | None
+    kind: OpKind = "function"
+    inplace: bool = False  # writes into args[0] (``add_``, ``__iadd__``, ``__setitem__``)
+    unsupported: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        return self.api_name.partition(".")[0]
+
+    @property
+    def name(self) -> str:
+        """The name after the prefix: ``__add__``, ``linalg.inv``, ``add.Tensor``."""
+        return self.api_name.partition(".")[2]
+
+    @property
+    def base_name(self) -> str:
+        """The op with in-place, reflected and dunder spellings removed: ``__rmatmul__`` -> ``matmul``."""
+        return base_name(self.api_name)
+
+    @property
+    def reflected(self) -> bool:
+        """``__radd__`` style: ``args[0]`` is the right-hand operand."""
+        inner = _dunder_inner(self.name)
+        return inner is not None and inner not in _BINARY_DUNDERS and inner[0] == "r" and inner[1:] in _BINARY_DUNDERS
+
+
+def _dunder_inner(name: str) -> str | None:
+    if len(name) > 4 and name.startswith("__") and name.endswith("__"):
+        return name[2:-2]
+    return None
+
+
+def _op_segment(api_name: str) -> str:
+    prefix, _, rest = api_name.partition(".")
+    # Aten names are "packet.overload" (add.Tensor); elsewhere dots are namespaces (linalg.inv).
+    return rest.split(".")[0] if prefix == "Aten" else rest.split(".")[-1]
+
+
+def base_name(api_name: str) -> str:
+    """The bare op name used for per-op tables: ``Tensor.add_`` -> ``add``, ``Aten.mm.default`` -> ``mm``."""
+    segment = _op_segment(api_name)
+    inner = _dunder_inner(segment)
+    if inner is not None:
+        if inner in _BINARY_DUNDERS:
+            return inner
+        if inner[:1] in ("r", "i") and inner[1:] in _BINARY_DUNDERS:
+            return inner[1:]
+        return inner
+    return segment[:-1] if segment.endswith("_") and not segment.endswith("__") else segment
+
+
+def _is_inplace(api_name: str) -> bool:
+    segment = _op_segment(api_name)
+    inner = _dunder_inner(segment)
+    if inner is not None:
+        return inner == "setitem" or (inner[:1] == "i" and inner[1:] in _BINARY_DUNDERS)
+    return segment.endswith("_")
+
+
+def _walk(root: Any, dotted: str) -> Any | None:
+    """getattr along a dotted path; None when any step is missing (torch.ops raises more than AttributeError)."""
+    value = root
+    for part in dotted.split("."):
+        try:
+            value = getattr(value, part)
+        except Exception:
+            return None
+    return value
+
+
+@lru_cache(maxsize=1)
+def _torch_npu() -> tuple[Any | None, str | None]:
+    """Import torch_npu once, lazily, only when an NPU op is resolved."""
+    try:
+        return importlib.import_module("torch_npu"), None
+    except Exception as exc:  # a broken CANN setup raises more than ImportError
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _lookup_npu(name: str) -> tuple[Any | None, str | None]:
+    module, problem = _torch_npu()
+    if module is None:
+        return None, f"torch_npu is not installed or does not import ({problem})"
+    for root in (module, torch.ops.npu, torch.ops):
+        found = _walk(root, name)
+        if found is not None:
+            return found, None
+    return None, None
+
+
+def _unsupported(api_name: str, reason: str) -> ResolvedOp:
+    return ResolvedOp(api_name=api_name, func=None, unsupported=f"unsupported: {api_name}: {reason}")
+
+
+@lru_cache(maxsize=None)
+def resolve(api_name: str) -> ResolvedOp:
+    """Map an msprobe API name to its callable; never raises (see ``ResolvedOp.unsupported``)."""
+    prefix, _, name = api_name.partition(".")
+    if not name:
+        return _unsupported(api_name, "expected '<Prefix>.<name>' such as 'Functional.gelu'")
+    if prefix in _NOT_SINGLE_OPS:
+        return _unsupported(api_name, _NOT_SINGLE_OPS[prefix])
+
+    kind: OpKind = "function"
+    if prefix == "Functional":
+        found = _walk(torch.nn.functional, name)
+    elif prefix == "Tensor":
+        found, kind = _walk(torch.Tensor, name), "method"
+    elif prefix == "Torch":
+        found = _walk(torch, name)
+    elif prefix == "Aten":
+        found = _walk(torch.ops.aten, name)
+    elif prefix == "NPU":
+        found, problem = _lookup_npu(name)
+        if problem is not None:
+            return _unsupported(api_name, problem)
+    else:
+        return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten or NPU")
+
+    if found is None:
+        return _unsupported(api_name, f"no such op {name!r} in this torch {torch.__version__}")
+    if not callable(found) or isinstance(found, type):
+        return _unsupported(api_name, f"{name!r} is a {type(found).__name__}, not a callable op")
+    return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=_is_inplace(api_name))

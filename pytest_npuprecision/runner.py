@@ -1,0 +1,641 @@
+"""Run one API call on the device under test and on a CPU golden, forward and backward.
+
+Both sides start from the caller's CPU tensors and never modify them. The device side keeps every
+dtype; the golden side computes on the CPU with floating inputs raised to ``golden_dtype`` (float64),
+falling back to float32 for ops that have no float64 kernel. Each float output also gets an
+``Accumulation`` (reduction length, and for ops linear in their inputs the norm of the summed terms),
+which the error-bound standard uses to scale its limit.
+
+Every tensor in a ``RunResult`` is detached and on the CPU: ``actual`` in the dtype the device
+produced, ``golden`` in the golden dtype. Python numbers become 0-d tensors (float -> float64,
+int -> int64, bool -> bool) so that they are compared like tensors, with a tolerance where floating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+
+import torch
+
+from .metrics import Accumulation
+from .ops import ResolvedOp
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """One compared tensor: a forward output (``output.1.0``) or an input gradient (``grad.input_args[0]``)."""
+
+    name: str
+    actual: torch.Tensor
+    golden: torch.Tensor
+    accumulation: Accumulation | None = None  # None for integer and bool outputs
+
+
+@dataclass(frozen=True)
+class RunResult:
+    op: str
+    device: torch.device
+    golden_dtype: torch.dtype  # the dtype the golden really used (float32 after a fallback)
+    outputs: tuple[RunOutput, ...]
+    grads: tuple[RunOutput, ...] = ()
+    device_seconds: float = 0.0  # the op's forward and backward on the device, synchronized
+    golden_seconds: float = 0.0  # the same for the golden; accumulation work is not counted
+    notes: tuple[str, ...] = ()
+    error: str | None = None  # device and golden (or dump) disagree on the structure of the results
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class OpExecutionError(RuntimeError):
+    """The op itself raised: names the op, the side (device or golden) and the phase."""
+
+    def __init__(self, op: str, side: str, phase: str, cause: BaseException):
+        self.op, self.side, self.phase = op, side, phase
+        super().__init__(f"{op} raised {type(cause).__name__} on the {side} during {phase}: {cause}")
+
+
+def default_device() -> torch.device:
+    """npu when torch_npu imports and sees a device, else cuda when available, else cpu."""
+    try:
+        import torch_npu  # noqa: F401  (importing registers torch.npu)
+    except Exception:  # absent, or present without a working CANN install
+        pass
+    else:
+        npu = getattr(torch, "npu", None)
+        if npu is not None and npu.is_available() and npu.device_count() > 0:
+            return torch.device("npu", npu.current_device())
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------- one side of a run
+
+
+@dataclass(frozen=True)
+class _Side:
+    label: str  # "device (cuda:0)" or "golden (cpu, float64)"
+    device: torch.device
+    float_dtype: torch.dtype | None = None  # golden only: every floating input and dtype argument
+    autocast: torch.dtype | None = None  # device only
+
+    def place(self, t: torch.Tensor) -> torch.Tensor:
+        dtype = t.dtype
+        if self.float_dtype is not None and t.is_floating_point():
+            dtype = self.float_dtype
+        elif self.float_dtype is not None and t.is_complex():
+            dtype = torch.complex128 if self.float_dtype == torch.float64 else torch.complex64
+        # copy=True: in-place ops and methods must never write into the caller's tensors.
+        return t.detach().to(device=self.device, dtype=dtype, copy=True)
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator[None]:
+        """Factory calls inside the op (arange, zeros) land on this side's device and float dtype."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.device)
+            if self.float_dtype in (torch.float32, torch.float64):
+                previous = torch.get_default_dtype()
+                torch.set_default_dtype(self.float_dtype)
+                stack.callback(torch.set_default_dtype, previous)
+            if self.autocast is not None:
+                stack.enter_context(torch.autocast(self.device.type, dtype=self.autocast))
+            yield
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type != "cpu":
+        sync = getattr(getattr(torch, device.type, None), "synchronize", None)
+        if sync is not None:
+            sync()
+
+
+def _rebuild(value: Any, path: str, leaf: Callable[[str, torch.Tensor], torch.Tensor],
+             other: Callable[[Any], Any]) -> Any:
+    """Copy an argument structure, replacing tensors with ``leaf(path, t)`` and other values with ``other``."""
+    if isinstance(value, torch.Tensor):
+        return leaf(path, value)
+    if isinstance(value, torch.Size):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_rebuild(v, f"{path}[{i}]", leaf, other) for i, v in enumerate(value)]
+        return type(value)(items) if type(value) in (list, tuple) else tuple(items)
+    if isinstance(value, dict):
+        return {k: _rebuild(v, f"{path}[{k!r}]", leaf, other) for k, v in value.items()}
+    return other(value)
+
+
+def _tensor_paths(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    found: dict[str, torch.Tensor] = {}
+
+    def leaf(path: str, t: torch.Tensor) -> torch.Tensor:
+        found[path] = t
+        return t
+
+    _prepare(args, kwargs, leaf, lambda v: v, None)
+    return found
+
+
+def _prepare(args, kwargs, leaf, other, device) -> tuple[tuple, dict]:
+    call_args = tuple(_rebuild(a, f"input_args[{i}]", leaf, other) for i, a in enumerate(args))
+    call_kwargs = {}
+    for key, value in kwargs.items():
+        # A dumped device is the dump machine's; the result belongs on this side's device.
+        call_kwargs[key] = device if key == "device" and device is not None else \
+            _rebuild(value, f"input_kwargs[{key!r}]", leaf, other)
+    return call_args, call_kwargs
+
+
+def _arguments(args, kwargs, side: _Side, notes: list[str], square: bool = False,
+               grad_paths: Collection[str] = (), leaves: dict[str, torch.Tensor] | None = None,
+               ) -> tuple[tuple, dict]:
+    """The call's arguments for one side; tensors in ``grad_paths`` become leaves that require grad."""
+
+    def leaf(path: str, t: torch.Tensor) -> torch.Tensor:
+        placed = side.place(t)
+        if square and (placed.is_floating_point() or placed.is_complex()):
+            placed = placed * placed.conj() if placed.is_complex() else placed * placed
+        if leaves is None or path not in grad_paths:
+            return placed
+        placed.requires_grad_(True)
+        leaves[path] = placed
+        # The op gets a copy of the leaf: in-place ops (add_, inplace=True) may not write into a leaf
+        # that requires grad, and a copy is cheaper than working out which ops write where.
+        return placed.clone()
+
+    def other(value: Any) -> Any:
+        if isinstance(value, torch.device):
+            return side.device
+        if isinstance(value, torch.dtype) and side.float_dtype is not None and value.is_floating_point \
+                and value != side.float_dtype:
+            notes.append(f"golden computes the dtype argument {value} as {side.float_dtype}")
+            return side.float_dtype
+        return value
+
+    call_args, call_kwargs = _prepare(args, kwargs, leaf, other, side.device)
+    if square:  # addmm/baddbmm scale their terms by alpha and beta: the squared terms by their squares
+        call_kwargs.update({k: v * v for k, v in call_kwargs.items()
+                            if k in ("alpha", "beta") and isinstance(v, (int, float))})
+    return call_args, call_kwargs
+
+
+@dataclass(frozen=True)
+class _Forward:
+    outputs: list[tuple[str, Any]]  # flattened, still on the side's device, graph attached
+    leaves: dict[str, torch.Tensor]
+    seconds: float
+
+
+def _forward(op: ResolvedOp, args, kwargs, side: _Side, grad_paths: Collection[str],
+             notes: list[str]) -> _Forward:
+    leaves: dict[str, torch.Tensor] = {}
+    call_args, call_kwargs = _arguments(args, kwargs, side, notes, grad_paths=grad_paths, leaves=leaves)
+    grad_mode = torch.enable_grad() if grad_paths else torch.no_grad()
+    try:
+        with grad_mode, side.context():
+            start = time.perf_counter()
+            result = op.func(*call_args, **call_kwargs)
+            _synchronize(side.device)
+            seconds = time.perf_counter() - start
+    except Exception as exc:
+        raise OpExecutionError(op.api_name, side.label, "forward", exc) from exc
+    if result is None and op.inplace and call_args:  # __setitem__ returns None; its result is args[0]
+        result = call_args[0]
+    return _Forward(_flatten(result), leaves, seconds)
+
+
+def _flatten(result: Any) -> list[tuple[str, Any]]:
+    """Name every leaf of a result: output.0, output.1.0 for nested tuples, output.<key> for dicts."""
+    out: list[tuple[str, Any]] = []
+
+    def walk(value: Any, name: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{name}.{key}")
+        elif isinstance(value, (list, tuple)) and not isinstance(value, torch.Tensor):
+            for i, item in enumerate(value):  # includes torch.return_types named tuples
+                walk(item, f"{name}.{i}")
+        elif value is not None:
+            out.append((name, value))
+
+    walk(result if isinstance(result, (list, tuple, dict)) else (result,), "output")
+    return out
+
+
+def _backward(op: ResolvedOp, run: _Forward, cotangents: Mapping[str, torch.Tensor],
+              side: _Side) -> tuple[dict[str, torch.Tensor | None], float]:
+    pairs = [(t, cotangents[n]) for n, t in run.outputs
+             if n in cotangents and isinstance(t, torch.Tensor) and t.requires_grad]
+    if not pairs or not run.leaves:
+        return {}, 0.0
+    outputs = [t for t, _ in pairs]
+    grads_in = [g.to(device=side.device, dtype=t.dtype) for t, g in pairs]
+    try:
+        start = time.perf_counter()
+        grads = torch.autograd.grad(outputs, list(run.leaves.values()), grads_in, allow_unused=True)
+        _synchronize(side.device)
+        seconds = time.perf_counter() - start
+    except Exception as exc:
+        raise OpExecutionError(op.api_name, side.label, "backward", exc) from exc
+    return dict(zip(run.leaves, grads)), seconds
+
+
+def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Tensor | None] | None,
+                seed: int, notes: list[str]) -> tuple[dict[str, torch.Tensor], str | None]:
+    """The gradient flowing into each differentiable output, on the CPU, plus a structure error if any."""
+    tensors = [(n, t) for n, t in outputs if isinstance(t, torch.Tensor)]
+    wanted = {n for n, t in tensors if t.requires_grad}
+    if grad_outputs is None:
+        generator = torch.Generator().manual_seed(seed)
+        cotangents = {}
+        for name, t in tensors:
+            if name in wanted:  # drawn in float64 and rounded once, so both sides get the same values
+                dtype = torch.complex128 if t.is_complex() else torch.float64
+                cotangents[name] = torch.randn(t.shape, generator=generator, dtype=dtype).to(t.dtype)
+        return cotangents, None
+    if len(grad_outputs) > len(tensors):
+        return {}, (f"grad_outputs has {len(grad_outputs)} entries but the op returned {len(tensors)} "
+                    f"tensor outputs: pass one gradient (or None) per tensor output")
+    if len(grad_outputs) < len(tensors):
+        notes.append(f"grad_outputs has {len(grad_outputs)} entries for {len(tensors)} tensor outputs; "
+                     f"the rest get no gradient")
+    cotangents = {}
+    for (name, t), grad in zip(tensors, grad_outputs):
+        if grad is None or name not in wanted:
+            continue
+        if tuple(grad.shape) != tuple(t.shape):
+            return {}, (f"the gradient for {name} has shape {tuple(grad.shape)} but {name} has shape "
+                        f"{tuple(t.shape)}: pass a gradient of the output's shape")
+        cotangents[name] = grad.detach().cpu()
+    return cotangents, None
+
+
+# ---------------------------------------------------------------- accumulation table
+
+
+def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    return args[index] if index < len(args) else default
+
+
+def _input(args, kwargs) -> torch.Tensor:
+    return _arg(args, kwargs, 0, "input", "self")
+
+
+def _reduced(x: torch.Tensor, dim: Any) -> int:
+    """How many elements a reduction over ``dim`` sums (all of them for None, [] or a legacy bool)."""
+    if x.dim() == 0:
+        return 1
+    if dim is None or isinstance(dim, bool) or (isinstance(dim, (list, tuple)) and not dim):
+        return max(x.numel(), 1)
+    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
+    return math.prod(x.shape[d] for d in dims)
+
+
+def _softmax_length(args, kwargs) -> int:
+    x, dim = _input(args, kwargs), _arg(args, kwargs, 1, "dim")
+    if dim is None:  # torch's legacy implicit softmax dim
+        dim = 0 if x.dim() in (0, 1, 3) else 1
+    return x.shape[dim] if x.dim() else 1
+
+
+def _class_count(x: torch.Tensor) -> int:
+    return x.shape[1] if x.dim() >= 2 else max(x.numel(), 1)
+
+
+def _loss_length(reduction_index: int, per_sample: Callable[[torch.Tensor], int],
+                 total: Callable[[torch.Tensor], int]):
+    """A loss sums ``per_sample`` terms for each sample, and ``total`` unless reduction is 'none'."""
+    def length(args, kwargs) -> int:
+        x = _input(args, kwargs)
+        reduction = _arg(args, kwargs, reduction_index, "reduction", default="mean")
+        return per_sample(x) if reduction == "none" else max(total(x), 1)
+    return length
+
+
+def _group_norm_length(args, kwargs) -> int:
+    x = _input(args, kwargs)
+    return x.numel() // max(x.shape[0] * _arg(args, kwargs, 1, "num_groups"), 1)
+
+
+def _batch_norm_length(args, kwargs) -> int:  # in eval mode it only applies the running statistics
+    x = _input(args, kwargs)
+    training = _arg(args, kwargs, 5, "training", default=False)
+    return x.numel() // max(_class_count(x), 1) if training else 1
+
+
+def _cumsum_length(args, kwargs) -> int:  # the last element sums the whole dim; earlier ones fewer
+    x = _input(args, kwargs)
+    return x.shape[_arg(args, kwargs, 1, "dim")] if x.dim() else 1
+
+
+@dataclass(frozen=True)
+class AccumulationRule:
+    """How one op accumulates. ``length`` reads the op's own (golden-side) arguments."""
+
+    length: Callable[[Sequence[Any], Mapping[str, Any]], int]  # terms per sum, bias not counted
+    added: tuple[int, str] | None = None  # (position, keyword) of a bias added to every sum
+    squared: bool = False  # linear in each input: term norms come from the op on squared inputs
+    mean: bool = False  # divides its sum by the length, so the terms are x_i / K
+    roundings: int = 0  # intermediate results a fair kernel rounds to the output dtype
+    backward_length: Callable[[Sequence[Any], Mapping[str, Any]], int] | None = None
+
+
+_MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
+_CONV = AccumulationRule(lambda a, k: _arg(a, k, 1, "weight")[0].numel(), added=(2, "bias"), squared=True)
+_SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")), squared=True)
+_STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")))
+_NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 2, "dim")))
+_SOFTMAX = AccumulationRule(_softmax_length)
+_NORMALIZED = AccumulationRule(lambda a, k: math.prod(_arg(a, k, 1, "normalized_shape")))
+
+ACCUMULATION_RULES: dict[str, AccumulationRule] = {
+    "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
+    "addmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
+    "baddbmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "batch1").shape[-1], added=(0, "input"),
+                                squared=True),
+    "linear": AccumulationRule(lambda a, k: _arg(a, k, 1, "weight").shape[-1], added=(2, "bias"),
+                               squared=True),
+    "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
+    "sum": _SUM,
+    "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
+    "cumsum": AccumulationRule(_cumsum_length, squared=True),
+    "norm": _NORM, "vector_norm": _NORM,
+    "var": _STAT, "std": _STAT, "logsumexp": _STAT,
+    "softmax": _SOFTMAX, "log_softmax": _SOFTMAX,
+    "layer_norm": _NORMALIZED, "rms_norm": _NORMALIZED,
+    "npu_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 1, "gamma").numel()),
+    "group_norm": AccumulationRule(_group_norm_length),
+    "batch_norm": AccumulationRule(_batch_norm_length),
+    # Upper estimates: the log-sum-exp over classes and the mean over the batch.
+    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel())),
+    "nll_loss": AccumulationRule(_loss_length(6, per_sample=lambda x: 1,
+                                              total=lambda x: x.numel() // _class_count(x))),
+    "mse_loss": AccumulationRule(_loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),
+    # Scores sum over the head dim, the weighted values over the key length; backward also over queries.
+    "scaled_dot_product_attention": AccumulationRule(
+        lambda a, k: _arg(a, k, 1, "key").shape[-2] + _arg(a, k, 0, "query").shape[-1],
+        roundings=1,  # the probabilities are rounded to the input dtype before multiplying by V
+        backward_length=lambda a, k: (_arg(a, k, 0, "query").shape[-2] + _arg(a, k, 1, "key").shape[-2]
+                                      + _arg(a, k, 0, "query").shape[-1])),
+    # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
+    "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
+}
+
+
+def _is_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _rule_args(op: ResolvedOp, args: Sequence[Any]) -> Sequence[Any]:
+    # __rmatmul__(self, other) computes other @ self: the rules read the operands in math order.
+    return (args[1], args[0], *args[2:]) if op.reflected and len(args) >= 2 else args
+
+
+def _added_path(rule: AccumulationRule | None, args, kwargs) -> str | None:
+    """The input path of the bias the rule adds to every sum, when the call passed one."""
+    if rule is None or rule.added is None:
+        return None
+    index, name = rule.added
+    if kwargs.get(name) is not None:
+        return f"input_kwargs[{name!r}]"
+    return f"input_args[{index}]" if index < len(args) and args[index] is not None else None
+
+
+def _forward_length(op: ResolvedOp, rule: AccumulationRule | None, args, kwargs, notes: list[str]) -> int:
+    """Terms per sum, counting a bias as one more term."""
+    if rule is None:
+        return 1
+    try:
+        bias = _added_path(rule, args, kwargs) is not None
+        return max(int(rule.length(_rule_args(op, args), kwargs)), 1) + bias
+    except Exception as exc:  # an argument form the table does not know: say so rather than guess
+        notes.append(f"reduction length of {op.api_name} unknown ({type(exc).__name__}: {exc}); using 1")
+        return 1
+
+
+def _squared_outputs(op: ResolvedOp, args, kwargs, side: _Side, cotangents=None,
+                     grad_paths: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """The op on squared inputs (forward), or its vector-Jacobian product with squared cotangents."""
+    leaves: dict[str, torch.Tensor] = {}
+    call_args, call_kwargs = _arguments(args, kwargs, side, [], square=True, grad_paths=grad_paths,
+                                        leaves=leaves if cotangents is not None else None)
+    with (torch.enable_grad() if leaves else torch.no_grad()), side.context():
+        outputs = dict(_flatten(op.func(*call_args, **call_kwargs)))
+        if cotangents is None:
+            return {n: t for n, t in outputs.items() if isinstance(t, torch.Tensor)}
+        pairs = [(outputs[n], g) for n, g in cotangents.items()
+                 if isinstance(outputs.get(n), torch.Tensor) and outputs[n].requires_grad]
+        if not pairs or not leaves:
+            return {}
+        grads = torch.autograd.grad([t for t, _ in pairs],
+                                    list(leaves.values()),
+                                    [(g.to(t.dtype) * g.to(t.dtype)) for t, g in pairs], allow_unused=True)
+    return {f"grad.{p}": g for p, g in zip(leaves, grads) if g is not None}
+
+
+def _forward_accumulation(op, args, kwargs, golden: _Side, notes: list[str]) -> Accumulation:
+    rule = ACCUMULATION_RULES.get(op.base_name)
+    length = _forward_length(op, rule, args, kwargs, notes)
+    if rule is None or not rule.squared:
+        return Accumulation(length, roundings=rule.roundings) if rule and rule.roundings \
+            else Accumulation(length)
+    try:
+        squared = _squared_outputs(op, args, kwargs, golden)
+        norm = squared["output.0"].detach().abs().sqrt()
+    except Exception as exc:
+        notes.append(f"term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+        return Accumulation(length)
+    return Accumulation(length, norm / math.sqrt(length) if rule.mean else norm)
+
+
+def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents, out_numel: int,
+                        notes: list[str]) -> dict[str, Accumulation]:
+    """K per input gradient; exact for the matmul family, a safe upper estimate elsewhere.
+
+    For an op linear in each input (y = x @ w), an element of grad_x sums over every output element
+    it fed, times the forward length, divided by the input's size: N for x [M,K] @ w [K,N], M for w,
+    and the batch too when w was broadcast over it. Other reductions take the larger of their forward
+    length and the broadcast ratio; elementwise ops just the broadcast ratio (a bias added over a batch).
+    """
+    rule = ACCUMULATION_RULES.get(op.base_name)
+    added = _added_path(rule, args, kwargs)
+    k_forward = _forward_length(op, rule, args, kwargs, notes) - (added is not None)
+    inputs = _tensor_paths(args, kwargs)
+    norms: dict[str, torch.Tensor] = {}
+    if rule is not None and rule.squared:
+        try:
+            norms = {n: g.detach().abs().sqrt() for n, g in
+                     _squared_outputs(op, args, kwargs, golden, cotangents, grad_paths).items()}
+        except Exception as exc:
+            notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+    result = {}
+    for path in grad_paths:
+        numel = max(inputs[path].numel(), 1)
+        if rule is not None and rule.backward_length is not None:
+            try:
+                length = rule.backward_length(_rule_args(op, args), kwargs)
+            except Exception as exc:
+                notes.append(f"gradient reduction length of {op.api_name} unknown "
+                             f"({type(exc).__name__}: {exc}); using the forward length")
+                length = k_forward
+        elif path == added:  # a bias's gradient sums the output gradient over what it was added to
+            length = math.ceil(out_numel / numel)
+        elif rule is not None and rule.squared:
+            length = math.ceil(out_numel * k_forward / numel)
+        else:
+            length = max(k_forward if rule else 1, math.ceil(out_numel / numel))
+        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norms.get(f"grad.{path}"))
+    return result
+
+
+# ---------------------------------------------------------------- pairing device and golden
+
+
+def _as_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, bool):
+        return torch.tensor(value)
+    if isinstance(value, int):
+        return torch.tensor(value, dtype=torch.int64)
+    if isinstance(value, float):
+        return torch.tensor(value, dtype=torch.float64)
+    if isinstance(value, complex):
+        return torch.tensor(value, dtype=torch.complex128)
+    return None
+
+
+def _pair(actual: Mapping[str, Any], golden: Mapping[str, Any], notes: list[str],
+          accumulation: Callable[[str, torch.Tensor], Accumulation | None],
+          ) -> tuple[list[RunOutput], str | None]:
+    paired, error = [], None
+    for name in list(actual) + [n for n in golden if n not in actual]:
+        if name not in golden or name not in actual:
+            where, missing = ("device", "golden") if name in actual else ("golden", "device")
+            error = error or f"{name} is produced on the {where} but not by the {missing}"
+            continue
+        a, g = _as_tensor(actual[name]), _as_tensor(golden[name])
+        if a is None or g is None:
+            notes.append(f"{name} is a {type(actual[name]).__name__}, not a number or tensor; not compared")
+        elif a.shape != g.shape:
+            error = error or (f"{name} has shape {tuple(a.shape)} on the device but {tuple(g.shape)} "
+                              f"in the golden")
+        else:
+            paired.append(RunOutput(name, a, g, accumulation(name, a) if _is_float(a) else None))
+    return paired, error
+
+
+# ---------------------------------------------------------------- the public entry point
+
+
+def _input_path(where: int | str) -> str:
+    """3 -> input_args[3]; 'weight' -> input_kwargs['weight']; a path such as input_args[0][1] stays."""
+    if isinstance(where, int):
+        return f"input_args[{where}]"
+    return where if where.startswith(("input_args[", "input_kwargs[")) else f"input_kwargs[{where!r}]"
+
+
+def _grad_paths(args, kwargs, backward: bool, requires_grad: Collection[int | str], op: ResolvedOp,
+                notes: list[str]) -> list[str]:
+    if not backward:
+        return []
+    if kwargs.get("out") is not None:
+        notes.append("out= arguments do not support autograd; backward skipped")
+        return []
+    tensors = {p: t for p, t in _tensor_paths(args, kwargs).items() if _is_float(t)}
+    flagged = {_input_path(where) for where in requires_grad}
+    paths = [p for p, t in tensors.items()
+             if t.requires_grad or any(p == f or p.startswith(f + "[") for f in flagged)]
+    if not paths:  # guessing would be wrong for buffers such as batch_norm's running statistics
+        notes.append(f"no float input of {op.api_name} requires grad; backward skipped: "
+                     f"set requires_grad on the inputs or pass their positions")
+    return paths
+
+
+def _golden_run(op, args, kwargs, dtype, grad_paths, cotangents) -> tuple[_Forward, dict, float, list[str]]:
+    notes: list[str] = []
+    side = _Side(f"golden (cpu, {str(dtype).removeprefix('torch.')})", torch.device("cpu"), float_dtype=dtype)
+    forward = _forward(op, args, kwargs, side, grad_paths, notes)
+    grads, seconds = _backward(op, forward, cotangents, side) if grad_paths else ({}, 0.0)
+    return forward, grads, forward.seconds + seconds, notes
+
+
+def _mentions_double(exc: BaseException) -> bool:
+    text = str(exc.__cause__ or exc).lower()
+    kernel_error = isinstance(exc.__cause__, (NotImplementedError, RuntimeError))
+    return kernel_error and ("double" in text or "float64" in text)
+
+
+def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, *,
+             device: torch.device, backward: bool = False,
+             grad_outputs: Sequence[torch.Tensor | None] | None = None,
+             requires_grad: Collection[int | str] = (), seed: int = 0,
+             golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None) -> RunResult:
+    """Run ``op`` on ``device`` and on the CPU golden; raise OpExecutionError when the op raises.
+
+    requires_grad: inputs to differentiate besides tensors whose ``requires_grad`` is already True:
+    positions (3), keyword names ('weight') or paths ("input_args[0][1]", "input_kwargs['weight']"). seed: draws the output gradients when
+    ``grad_outputs`` is None. autocast: run the device side under autocast to this dtype (AMP dumps).
+    """
+    if op.func is None:
+        raise ValueError(f"{op.api_name} cannot run ({op.unsupported}): skip the case instead of calling run_call")
+    kwargs = dict(kwargs or {})
+    device = torch.device(device)
+    notes: list[str] = []
+    grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
+
+    device_side = _Side(f"device ({device})", device, autocast=autocast)
+    dev = _forward(op, args, kwargs, device_side, grad_paths, notes)
+    cotangents, error = _cotangents(dev.outputs, grad_outputs, seed, notes) if grad_paths else ({}, None)
+    dev_grads, dev_backward_seconds = _backward(op, dev, cotangents, device_side) if not error else ({}, 0.0)
+    if grad_paths and not cotangents and not error:
+        notes.append(f"no output of {op.api_name} requires grad; backward skipped")
+
+    try:
+        gold, gold_grads, golden_seconds, golden_notes = _golden_run(op, args, kwargs, golden_dtype,
+                                                                     grad_paths, cotangents)
+    except OpExecutionError as exc:
+        if golden_dtype != torch.float64 or not _mentions_double(exc):
+            raise
+        golden_dtype = torch.float32
+        gold, gold_grads, golden_seconds, golden_notes = _golden_run(op, args, kwargs, golden_dtype,
+                                                                     grad_paths, cotangents)
+        notes.append(f"golden computed in float32: no float64 kernel for {op.api_name} "
+                     f"({type(exc.__cause__).__name__}: {exc.__cause__})")
+    notes.extend(golden_notes)
+    golden_side = _Side("golden", torch.device("cpu"), float_dtype=golden_dtype)
+
+    forward_acc: list[Accumulation] = []  # computed on first use: integer-only results never need it
+
+    def accumulation(name: str, actual: torch.Tensor) -> Accumulation:
+        if not forward_acc:
+            forward_acc.append(_forward_accumulation(op, args, kwargs, golden_side, notes))
+        return forward_acc[0]
+
+    outputs, forward_error = _pair(dict(dev.outputs), dict(gold.outputs), notes, accumulation)
+
+    grads: list[RunOutput] = []
+    if dev_grads or gold_grads:
+        for path in grad_paths:
+            if dev_grads.get(path) is None and gold_grads.get(path) is None:
+                notes.append(f"grad.{path} is None: {path} does not reach a differentiated output; omitted")
+        out_numel = sum(t.numel() for n, t in dev.outputs if n in cotangents)
+        accs = _grad_accumulations(op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
+        grads, grad_error = _pair({f"grad.{p}": g for p, g in dev_grads.items() if g is not None},
+                                  {f"grad.{p}": g for p, g in gold_grads.items() if g is not None},
+                                  notes, lambda n, t: accs.get(n))
+        error = error or grad_error
+    return RunResult(
+        op=op.api_name, device=device, golden_dtype=golden_dtype, outputs=tuple(outputs), grads=tuple(grads),
+        device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
+        notes=tuple(dict.fromkeys(notes)), error=forward_error or error)

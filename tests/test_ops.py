@@ -1,0 +1,108 @@
+"""Resolving msprobe API names to callables: the names in the fixture dumps and the awkward ones."""
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_npuprecision.ops import ResolvedOp, base_name, resolve
+
+# Every API kind that appears in the seven fixture dumps, plus the other prefixes.
+FIXTURE_OPS = [
+    ("Functional.linear", F.linear, "function", False),
+    ("Functional.relu", F.relu, "function", False),
+    ("Functional.gelu", F.gelu, "function", False),
+    ("Functional.layer_norm", F.layer_norm, "function", False),
+    ("Functional.dropout", F.dropout, "function", False),
+    ("Functional.cross_entropy", F.cross_entropy, "function", False),
+    ("Functional.embedding", F.embedding, "function", False),
+    ("Functional.scaled_dot_product_attention", F.scaled_dot_product_attention, "function", False),
+    ("Torch.matmul", torch.matmul, "function", False),
+    ("Torch.bmm", torch.bmm, "function", False),
+    ("Torch.softmax", torch.softmax, "function", False),
+    ("Torch.triu", torch.triu, "function", False),
+    ("Torch.arange", torch.arange, "function", False),
+    ("Tensor.__add__", torch.Tensor.__add__, "method", False),
+    ("Tensor.__truediv__", torch.Tensor.__truediv__, "method", False),
+    ("Tensor.masked_fill", torch.Tensor.masked_fill, "method", False),
+    ("Tensor.split", torch.Tensor.split, "method", False),
+    ("Tensor.transpose", torch.Tensor.transpose, "method", False),
+    ("Tensor.reshape", torch.Tensor.reshape, "method", False),
+    ("Tensor.add_", torch.Tensor.add_, "method", True),
+    ("Aten.mm", torch.ops.aten.mm, "function", False),
+    ("Aten.add.Tensor", torch.ops.aten.add.Tensor, "function", False),
+    ("Torch.linalg.inv", torch.linalg.inv, "function", False),
+    ("Torch.fft.fft", torch.fft.fft, "function", False),
+    ("Torch.special.erf", torch.special.erf, "function", False),
+]
+
+
+@pytest.mark.parametrize(("api", "func", "kind", "inplace"), FIXTURE_OPS, ids=[row[0] for row in FIXTURE_OPS])
+def test_fixture_ops_resolve(api, func, kind, inplace):
+    op = resolve(api)
+    assert op.unsupported is None
+    assert op.func is func
+    assert (op.api_name, op.kind, op.inplace) == (api, kind, inplace)
+
+
+def test_resolved_ops_are_callable_the_same_way():
+    x = torch.tensor([1.0, 2.0])
+    assert torch.equal(resolve("Tensor.__add__").func(x, 1.0), x + 1.0)
+    assert torch.equal(resolve("Aten.mm").func(x[None], x[:, None]), torch.tensor([[5.0]]))
+
+
+def test_resolving_twice_returns_the_cached_object():
+    assert resolve("Functional.gelu") is resolve("Functional.gelu")
+    assert resolve("Functional.not_a_thing") is resolve("Functional.not_a_thing")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
+@pytest.mark.parametrize("api", ["NPU.npu_rms_norm", "NPU.atb.x"])
+def test_npu_ops_without_torch_npu_are_unsupported(api):
+    op = resolve(api)
+    assert op.func is None
+    assert op.unsupported.startswith(f"unsupported: {api}: torch_npu is not installed")
+
+
+@pytest.mark.parametrize(("api", "reason"), [
+    ("Functional.not_a_thing", "no such op 'not_a_thing'"),
+    ("Aten.mm.no_such_overload", "no such op 'mm.no_such_overload'"),
+    ("Tensor.shape", "'shape' is a getset_descriptor, not a callable op"),
+    ("Torch.Tensor", "not a callable op"),
+    ("Functional.torch", "'torch' is a module, not a callable op"),
+    ("VF.lstm", "torch._VF internals"),
+    ("Distributed.all_reduce", "collective communication ops need a process group"),
+    ("MindSpeed.npu_x", "MindSpeed framework"),
+    ("Module.fc1.Linear", "whole nn.Module"),
+    ("Mystery.op", "unknown prefix 'Mystery'"),
+    ("gelu", "expected '<Prefix>.<name>'"),
+])
+def test_unknown_names_come_back_unsupported_and_named(api, reason):
+    op = resolve(api)
+    assert isinstance(op, ResolvedOp) and op.func is None
+    assert op.unsupported.startswith(f"unsupported: {api}: ")
+    assert reason in op.unsupported
+
+
+@pytest.mark.parametrize(("api", "base", "inplace", "reflected"), [
+    ("Tensor.__matmul__", "matmul", False, False),
+    ("Tensor.__rmatmul__", "matmul", False, True),
+    ("Tensor.__radd__", "add", False, True),
+    ("Tensor.__iadd__", "add", True, False),
+    ("Tensor.__rshift__", "rshift", False, False),
+    ("Tensor.__rrshift__", "rshift", False, True),
+    ("Tensor.__invert__", "invert", False, False),
+    ("Tensor.__setitem__", "setitem", True, False),
+    ("Tensor.__getitem__", "getitem", False, False),
+    ("Tensor.add_", "add", True, False),
+    ("Functional.relu_", "relu", True, False),
+    ("Aten.add_.Tensor", "add", True, False),
+    ("Aten.mm.default", "mm", False, False),
+    ("Torch.linalg.norm", "norm", False, False),
+])
+def test_spellings_normalise(api, base, inplace, reflected):
+    op = resolve(api)
+    assert op.unsupported is None
+    assert (op.base_name, op.inplace, op.reflected) == (base, inplace, reflected)
+    assert base_name(api) == base

@@ -1,0 +1,133 @@
+"""Planted defects fail: every way a device output goes wrong is caught, in every dtype.
+
+Where a standard cannot see a defect by design, the exclusion is listed here with its reason
+and the README says the same.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from clean_ops import CLEAN_OPS, DTYPES, OpSpec, evaluate
+from defects import OUTPUT_DEFECTS, gelu_tanh, low_precision_matmul, saturate, sequential_sum
+from pytest_npuprecision import Accumulation, Status, judge, render_message
+
+FLOAT_OPS = [spec for spec in CLEAN_OPS if spec.name != "argmax"]
+SCALAR_LOSSES = {"cross_entropy", "mse_loss"}
+LARGE_K_REDUCTIONS = {"softmax", "rms_norm", "sum", "mean"}
+
+# Defects a standard cannot tell from a fair implementation's own error, without a baseline.
+BLIND_SPOTS = {
+    # The thousandth standard (conv) admits 0.1 % of elements beyond 1e-3, by design (HF32).
+    ("conv2d", "off_by_1000_ulp"): DTYPES,
+    ("conv2d", "bias_32_eps"): (torch.float32,),
+    ("conv2d", "noise_64_ulp"): (torch.float32,),
+    # A float32 reduction over thousands of terms fairly errs by tens of ulp.
+    **{(op, "noise_64_ulp"): (torch.float32,) for op in LARGE_K_REDUCTIONS | SCALAR_LOSSES},
+    # One scalar cannot show a bias against a reduction of 64 000 terms.
+    **{(op, "bias_32_eps"): (torch.float32,) for op in SCALAR_LOSSES},
+}
+
+
+def _large_k(spec: OpSpec) -> bool:
+    return spec.name == "matmul" and spec.reduction(spec.inputs()) >= 8192
+
+
+def _blind(spec: OpSpec, defect: str, dtype: torch.dtype) -> bool:
+    if defect == "noise_64_ulp" and dtype == torch.float32 and _large_k(spec):
+        return True
+    return dtype in BLIND_SPOTS.get((spec.name, defect), ())
+
+
+def _cases(with_blind_spots: bool):
+    for spec in FLOAT_OPS:
+        for dtype in DTYPES:
+            for defect in OUTPUT_DEFECTS:
+                if with_blind_spots or not _blind(spec, defect, dtype):
+                    k = spec.reduction(spec.inputs())
+                    yield pytest.param(spec, dtype, defect, id=f"{spec.name}-{k}-{str(dtype)[6:]}-{defect}")
+
+
+def _judge(spec, dtype, defect, baseline: bool):
+    run = evaluate(spec, dtype)
+    return judge(OUTPUT_DEFECTS[defect](run.actual), run.golden, op=spec.name, accumulation=run.accumulation,
+                 baseline=run.baseline if baseline else None)
+
+
+@pytest.mark.parametrize("spec, dtype, defect", list(_cases(with_blind_spots=False)))
+def test_defect_fails_without_a_baseline(spec, dtype, defect):
+    verdict = _judge(spec, dtype, defect, baseline=False)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+
+
+@pytest.mark.parametrize("spec, dtype, defect", list(_cases(with_blind_spots=True)))
+def test_defect_fails_against_a_fair_baseline(spec, dtype, defect):
+    verdict = _judge(spec, dtype, defect, baseline=True)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+
+
+@pytest.mark.parametrize("defect", ["one_nan", "all_nan", "inf_where_finite"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inf_nan_gate_names_the_first_mismatch(defect, dtype):
+    verdict = _judge(FLOAT_OPS[0], dtype, defect, baseline=True)
+    assert verdict.checks[0].metric == "nonfinite_mismatch"
+    assert verdict.checks[0].status is Status.ERROR
+    assert verdict.worst is not None and verdict.worst.index
+
+
+@pytest.mark.parametrize("dtype, top", [(torch.float16, 12.0), (torch.bfloat16, 90.0), (torch.float32, 90.0)])
+def test_npu_saturation_of_an_overflow_fails(dtype, top):
+    x = torch.linspace(-4, top, 4096).to(dtype)
+    golden = torch.exp(x.double())
+    fair = torch.exp(x)
+    assert torch.isinf(fair).any()  # the exact result overflows the dtype
+    assert judge(fair, golden, op="exp").status is Status.PASS
+    verdict = judge(saturate(fair), golden, op="exp")
+    assert verdict.status is Status.ERROR
+    assert verdict.worst.actual == torch.finfo(dtype).max
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", [1024, 4096])
+def test_sum_without_a_float32_accumulator_fails(dtype, k):
+    x = torch.randn(16, k, generator=torch.Generator().manual_seed(k)).to(dtype)
+    golden = x.double().sum(-1)
+    accumulation = Accumulation(k, x.double().square().sum(-1).sqrt())
+    assert judge(x.sum(-1), golden, op="sum", accumulation=accumulation).status is Status.PASS
+    verdict = judge(sequential_sum(x), golden, op="sum", accumulation=accumulation)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+    with_baseline = judge(sequential_sum(x), golden, op="sum", accumulation=accumulation, baseline=x.sum(-1))
+    assert with_baseline.status is Status.ERROR
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matmul_without_a_float32_accumulator_fails(dtype):
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(8, 1024, generator=generator).to(dtype)
+    b = torch.randn(1024, 8, generator=generator).to(dtype)
+    golden = a.double() @ b.double()
+    accumulation = Accumulation(1024, (a.double().square() @ b.double().square()).sqrt())
+    assert judge(a @ b, golden, op="matmul", accumulation=accumulation).status is Status.PASS
+    verdict = judge(low_precision_matmul(a, b), golden, op="matmul", accumulation=accumulation)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+
+
+def test_gelu_tanh_approximation_in_place_of_erf_fails_in_float32():
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    golden = torch.nn.functional.gelu(x.double())
+    assert judge(torch.nn.functional.gelu(x), golden, op="Functional.gelu").status is Status.PASS
+    verdict = judge(gelu_tanh(x), golden, op="Functional.gelu")
+    assert verdict.status is Status.ERROR, render_message(verdict)
+    assert judge(gelu_tanh(x), golden, op="Functional.gelu", baseline=torch.nn.functional.gelu(x)).status is Status.ERROR
+
+
+def test_integer_output_with_one_wrong_element_fails():
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(0))
+    golden = x.double().argmax(-1)
+    wrong = x.argmax(-1).clone()
+    wrong[5] += 1
+    assert judge(x.argmax(-1), golden, op="Torch.argmax").status is Status.PASS
+    verdict = judge(wrong, golden, op="Torch.argmax")
+    assert verdict.status is Status.ERROR and verdict.standard == "binary"
+    assert verdict.worst.index == (5,)
