@@ -55,8 +55,8 @@ def judge(
 
     rule = rules.op_rule(name)
     accumulation = accumulation or Accumulation()
-    if rule.roundings > accumulation.roundings:
-        accumulation = dataclasses.replace(accumulation, roundings=rule.roundings)
+    if rules.roundings(name) > accumulation.roundings:
+        accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
     params = rules.params(target)
     metrics = compute_metrics(actual, golden, params, accumulation)
     base_metrics = compute_metrics(baseline, golden, params, accumulation) if baseline is not None else None

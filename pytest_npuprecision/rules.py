@@ -104,6 +104,7 @@ class Rules:
     benchmark_floors: Mapping[str, float]
     limits: Mapping[str, Mapping[str, Any]]  # standard -> raw limit table (per dtype or per level)
     ops: Mapping[str, OpRule]
+    backward_roundings: int = 0  # intermediate roundings every backward case may make
 
     @classmethod
     def default(cls) -> "Rules":
@@ -118,6 +119,7 @@ class Rules:
             ),
             limits=MappingProxyType(dict(thresholds["standards"])),
             ops=MappingProxyType(_op_rules(ops)),
+            backward_roundings=_roundings(ops.get("backward_roundings", 0), "backward_roundings"),
         )
 
     def merged(self, overrides: Mapping[str, Any] | str | Path) -> "Rules":
@@ -127,10 +129,10 @@ class Rules:
         thresholds.yaml, ``standards:`` lists, ``levels:`` and ``ops:`` as in ops.yaml.
         """
         data = _load_yaml(Path(overrides)) if isinstance(overrides, (str, Path)) else overrides
-        unknown = set(data) - {"dtypes", "standards", "levels", "ops"}
+        unknown = set(data) - {"dtypes", "standards", "levels", "ops", "backward_roundings"}
         if unknown:
             raise ValueError(
-                f"override keys {sorted(unknown)} are unknown: use dtypes, standards, levels or ops"
+                f"override keys {sorted(unknown)} are unknown: use dtypes, standards, levels, ops or backward_roundings"
             )
         dtypes = dict(self.dtypes)
         floors = dict(self.benchmark_floors)
@@ -150,8 +152,9 @@ class Rules:
         for name, rule in _op_rules({"standards": lists, "levels": data.get("levels") or {},
                                      "ops": data.get("ops") or {}}).items():
             ops[name] = _merge_rule(ops.get(name), rule)
-        return Rules(MappingProxyType(dtypes), MappingProxyType(floors),
-                     MappingProxyType(limits), MappingProxyType(ops))
+        backward = data.get("backward_roundings", self.backward_roundings)
+        return Rules(MappingProxyType(dtypes), MappingProxyType(floors), MappingProxyType(limits),
+                     MappingProxyType(ops), _roundings(backward, "backward_roundings"))
 
     def with_op(self, name: str, *, standard: str | None = None, backward: str | None = None,
                 level: str | None = None, roundings: int | None = None,
@@ -168,6 +171,11 @@ class Rules:
 
     def benchmark_floor(self, dtype: torch.dtype) -> float:
         return self.benchmark_floors.get(str(dtype).removeprefix("torch."), self.benchmark_floors["float32"])
+
+    def roundings(self, op: OpName | None) -> int:
+        """Intermediate roundings to the output dtype that a fair implementation of op makes."""
+        own = self.op_rule(op).roundings
+        return max(own, self.backward_roundings) if op is not None and op.direction == "backward" else own
 
     def op_rule(self, op: OpName | None) -> OpRule:
         if op is None:
@@ -246,10 +254,14 @@ def _rule(name: str, entry: Mapping) -> OpRule:
     for standard, metrics in (entry.get("limits") or {}).items():
         _check_standard(standard, f"op {name!r} limits")
         limits[standard] = {m: _limit(v, f"{name}.{standard}.{m}") for m, v in metrics.items()}
-    roundings = entry.get("roundings", 0)
-    if not isinstance(roundings, int) or isinstance(roundings, bool) or roundings < 0:
-        raise ValueError(f"op {name!r} has roundings {roundings!r}: use a whole number >= 0")
+    roundings = _roundings(entry.get("roundings", 0), f"op {name!r} roundings")
     return OpRule(entry.get("standard"), entry.get("backward"), level, roundings, limits)
+
+
+def _roundings(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{where} = {value!r} is not a count: use a whole number >= 0")
+    return value
 
 
 def _merge_rule(old: OpRule | None, new: OpRule) -> OpRule:

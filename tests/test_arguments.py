@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from pytest_npuprecision.arguments import (
 )
 from pytest_npuprecision.dump import SkipReason, load_dump
 
-FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES", "/work/shared/fixtures/msprobe-dumps"))
+from fixtures import FIXTURES
 TENSOR_DUMPS = sorted(
     p for name in ("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
     for p in (FIXTURES / name).glob("step*/*/dump.json")

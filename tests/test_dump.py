@@ -1,7 +1,6 @@
 """Finding dump.json files and turning real msprobe dumps into case records."""
 
 import json
-import os
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -10,7 +9,7 @@ import pytest
 
 from pytest_npuprecision.dump import SkipReason, find_dump_files, load_dump
 
-FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES", "/work/shared/fixtures/msprobe-dumps"))
+from fixtures import FIXTURES
 
 
 # ---------------------------------------------------------------- finding

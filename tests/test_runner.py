@@ -10,7 +10,9 @@ from pytest_npuprecision.ops import ResolvedOp, resolve
 from pytest_npuprecision.runner import OpExecutionError, RunResult, default_device, run_call
 
 CPU = torch.device("cpu")
-MLP_TENSORS = Path("/work/shared/fixtures/msprobe-dumps/mlp_tensor/step0/rank0/dump_tensor_data")
+from fixtures import FIXTURES
+
+MLP_TENSORS = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump_tensor_data"
 
 
 def run(api, *args, **options):
