@@ -10,13 +10,12 @@ Time: the median wall time of ``judge`` over ``--repeat`` runs, against the medi
 ``torch.sub(actual, golden)`` over the same tensors (a single pass over the data that any
 comparison must make). Aim: judge under 20x that subtraction.
 
-Memory: each measurement runs in a fresh subprocess (this script with ``--child``) that builds
-the inputs chunk by chunk (so building leaves no high-water mark), runs a tiny judge to load
-everything once, resets the RSS high-water mark (``/proc/self/clear_refs``, so that earlier
-peaks cannot hide judge's) and records it, runs judge once on the real inputs and records it
-again. The mark is read as VmHWM, which is ``ru_maxrss`` without the parent's RSS that a child's
-``ru_maxrss`` inherits through fork and exec. The delta is judge's peak extra memory, reported as a multiple of the
-``actual`` tensor and of ``actual + golden``. Aim: under 4x the actual tensor.
+Memory: each measurement runs in a fresh subprocess (this script with ``--child``): it builds
+the inputs chunk by chunk (all pages written, no high-water mark left), runs a tiny judge to load
+everything, resets the RSS high-water mark (``/proc/self/clear_refs``), runs judge once and takes
+the rise of the mark (VmHWM: ``ru_maxrss`` without the parent's RSS that a child inherits through
+fork and exec) as judge's peak extra memory, reported as a multiple of the ``actual`` tensor and of
+``actual + golden``. Aim: under 4x the actual tensor.
 
 Inputs are seeded: golden is randn in float64, actual (and baseline) is golden times
 ``1 + eps * randn`` rounded to the dtype, so errors are small but non-zero.
@@ -77,28 +76,16 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def status_kib(field: str) -> int | None:
-    """A field of /proc/self/status in KiB (None off Linux)."""
+def peak_rss_kib(reset: bool = False) -> int:
+    """This process's peak RSS (VmHWM; ru_maxrss off Linux), after resetting it if asked."""
     try:
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
         with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
     except (OSError, StopIteration):
-        return None
-
-
-def reset_peak() -> None:
-    """Linux: reset this process's RSS high-water mark to its current RSS."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def peak_rss() -> int:
-    """Peak RSS in KiB: VmHWM is ru_maxrss of this process alone (a child's ru_maxrss also
-    counts the RSS its parent had when it forked), else ru_maxrss."""
-    return status_kib("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def child(n: int, dtype: torch.dtype, mode: str) -> None:
@@ -106,10 +93,9 @@ def child(n: int, dtype: torch.dtype, mode: str) -> None:
     bench = mode == "benchmark"
     run_judge(*make_inputs(4096, dtype, bench, seed=1))  # load rules and kernels once
     golden, actual, baseline = make_inputs(n, dtype, bench)  # writing them touched every page
-    reset_peak()
-    before = peak_rss()
+    before = peak_rss_kib(reset=True)
     run_judge(golden, actual, baseline)
-    extra = (peak_rss() - before) * 1024
+    extra = (peak_rss_kib() - before) * 1024
     print(json.dumps({"actual": extra / actual.nbytes, "a+g": extra / (actual.nbytes + golden.nbytes)}))
 
 

@@ -53,12 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
     dumps = config.getoption("npu_precision")
     if not dumps:
         return
-    roots = []
     for dump in dumps:
-        path = Path(dump)
-        if not path.exists():
+        if not Path(dump).exists():
             raise pytest.UsageError(f"--npu-precision {dump!r} does not exist: give a dump.json or a dump folder")
-        roots.append(path.resolve())
     rules = Rules.default()
     if config.getoption("npu_precision_rules"):
         try:
@@ -66,10 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     config.stash[_SETTINGS] = Settings(device=_device(config.getoption("npu_precision_device")), rules=rules)
-    config._npu_precision_roots = roots  # type: ignore[attr-defined]
+    config._npu_precision_roots = [Path(d).resolve() for d in dumps]  # type: ignore[attr-defined]
     if not config.option.file_or_dir:
-        # `pytest --npu-precision DUMP` runs the dump, not the project's own tests.
-        config.args[:] = [str(root) for root in roots]
+        # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The paths stay
+        # as the user wrote them so that node ids stay relative to the rootdir.
+        config.args[:] = list(dumps)
     config.pluginmanager.register(Collector(config), "npu-precision-collector")
 
 
@@ -155,7 +153,9 @@ class DumpCaseItem(pytest.Item):
 
     def _message(self, result: CaseResult) -> str:
         parts = [f"{out.name}: {render_message(out.verdict)}" for out in result.failures]
-        rerun = f"pytest --npu-precision {shlex.quote(str(self.dump.path))} {shlex.quote(self.nodeid)}"
+        # An absolute file path works from any directory, unlike a rootdir-relative node id.
+        node = f"{self.path.resolve()}::{self.name}"
+        rerun = f"pytest --npu-precision {shlex.quote(str(self.path.resolve()))} {shlex.quote(node)}"
         device = self.config.stash[_SETTINGS].device
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {device} vs golden cpu float64")
         parts.append(f"rerun: {rerun}")

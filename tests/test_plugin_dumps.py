@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -157,8 +158,11 @@ def test_a_failing_case_says_by_how_much_and_how_to_rerun_it(pytester):
     assert "output.0: Functional.linear.0.forward [float32, 8x32]: error by the error_bound standard" in text
     assert "max_bound_ratio = " in text and "> limit 1e-09  [error]" in text
     assert "case step0/rank0::Functional.linear.0.forward, seed " in text
-    rerun = next(line for line in result.stdout.lines if "rerun: pytest --npu-precision" in line)
-    assert rerun.strip().endswith("dump.json::Functional.linear.0.forward")
+    rerun = next(line for line in result.stdout.lines if line.startswith("rerun: pytest --npu-precision"))
+    assert rerun.endswith("dump.json::Functional.linear.0.forward")
+    again = pytester.runpytest(*shlex.split(rerun.removeprefix("rerun: pytest "))[:], "--npu-precision-rules",
+                               "strict.yaml", "-p", "no:cacheprovider")
+    again.assert_outcomes(failed=1)  # the command reruns exactly that case
     result.stdout.fnmatch_lines(["*first failing API in step0/rank0: Functional.linear.0.forward (max_bound_ratio*"])
 
 
