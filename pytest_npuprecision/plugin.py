@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from .cases import CaseInputError, CaseResult, CaseSkipped, Settings, run_case
-from .dump import DumpCase, DumpFile, find_dump_files, load_dump
+from .dump import DumpCase, DumpFile, load_dump
 from .report import Collector, case_record
 from .rules import Rules
 from .runner import default_device

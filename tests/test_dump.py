@@ -3,7 +3,6 @@
 import json
 import zlib
 from collections import Counter
-from pathlib import Path
 
 import pytest
 

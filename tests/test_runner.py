@@ -1,6 +1,5 @@
 """Running one call on the device under test (here the CPU) and on the float64 golden."""
 
-from pathlib import Path
 
 import pytest
 import torch

@@ -1,0 +1,125 @@
+"""How much each op accumulates: the reduction length K of its outputs and how to get term norms.
+
+Pure data and small readers of an op's own arguments; runner.py runs the ops. The error-bound
+standard scales its limit with K, so an entry errs on the side of a larger K where exactness
+would need the op's internals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    return args[index] if index < len(args) else default
+
+
+def _input(args, kwargs) -> torch.Tensor:
+    return _arg(args, kwargs, 0, "input", "self")
+
+
+def _reduced(x: torch.Tensor, dim: Any) -> int:
+    """How many elements a reduction over ``dim`` sums (all of them for None, [] or a legacy bool)."""
+    if x.dim() == 0:
+        return 1
+    if dim is None or isinstance(dim, bool) or (isinstance(dim, (list, tuple)) and not dim):
+        return max(x.numel(), 1)
+    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
+    return math.prod(x.shape[d] for d in dims)
+
+
+def _softmax_length(args, kwargs) -> int:
+    x, dim = _input(args, kwargs), _arg(args, kwargs, 1, "dim")
+    if dim is None:  # torch's legacy implicit softmax dim
+        dim = 0 if x.dim() in (0, 1, 3) else 1
+    return x.shape[dim] if x.dim() else 1
+
+
+def _class_count(x: torch.Tensor) -> int:
+    return x.shape[1] if x.dim() >= 2 else max(x.numel(), 1)
+
+
+def _loss_length(reduction_index: int, per_sample: Callable[[torch.Tensor], int],
+                 total: Callable[[torch.Tensor], int]):
+    """A loss sums ``per_sample`` terms for each sample, and ``total`` unless reduction is 'none'."""
+    def length(args, kwargs) -> int:
+        x = _input(args, kwargs)
+        reduction = _arg(args, kwargs, reduction_index, "reduction", default="mean")
+        return per_sample(x) if reduction == "none" else max(total(x), 1)
+    return length
+
+
+def _group_norm_length(args, kwargs) -> int:
+    x = _input(args, kwargs)
+    return x.numel() // max(x.shape[0] * _arg(args, kwargs, 1, "num_groups"), 1)
+
+
+def _batch_norm_length(args, kwargs) -> int:  # in eval mode it only applies the running statistics
+    x = _input(args, kwargs)
+    training = _arg(args, kwargs, 5, "training", default=False)
+    return x.numel() // max(_class_count(x), 1) if training else 1
+
+
+def _cumsum_length(args, kwargs) -> int:  # the last element sums the whole dim; earlier ones fewer
+    x = _input(args, kwargs)
+    return x.shape[_arg(args, kwargs, 1, "dim")] if x.dim() else 1
+
+
+@dataclass(frozen=True)
+class AccumulationRule:
+    """How one op accumulates. ``length`` reads the op's own (golden-side) arguments."""
+
+    length: Callable[[Sequence[Any], Mapping[str, Any]], int]  # terms per sum, bias not counted
+    added: tuple[int, str] | None = None  # (position, keyword) of a bias added to every sum
+    squared: bool = False  # linear in each input: term norms come from the op on squared inputs
+    mean: bool = False  # divides its sum by the length, so the terms are x_i / K
+    roundings: int = 0  # intermediate results a fair kernel rounds to the output dtype
+    backward_length: Callable[[Sequence[Any], Mapping[str, Any]], int] | None = None
+
+
+_MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
+_CONV = AccumulationRule(lambda a, k: _arg(a, k, 1, "weight")[0].numel(), added=(2, "bias"), squared=True)
+_SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")), squared=True)
+_STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")))
+_NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 2, "dim")))
+_SOFTMAX = AccumulationRule(_softmax_length)
+_NORMALIZED = AccumulationRule(lambda a, k: math.prod(_arg(a, k, 1, "normalized_shape")))
+
+ACCUMULATION_RULES: dict[str, AccumulationRule] = {
+    "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
+    "addmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
+    "baddbmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "batch1").shape[-1], added=(0, "input"),
+                                squared=True),
+    "linear": AccumulationRule(lambda a, k: _arg(a, k, 1, "weight").shape[-1], added=(2, "bias"),
+                               squared=True),
+    "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
+    "sum": _SUM,
+    "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
+    "cumsum": AccumulationRule(_cumsum_length, squared=True),
+    "norm": _NORM, "vector_norm": _NORM,
+    "var": _STAT, "std": _STAT, "logsumexp": _STAT,
+    "softmax": _SOFTMAX, "log_softmax": _SOFTMAX,
+    "layer_norm": _NORMALIZED, "rms_norm": _NORMALIZED,
+    "npu_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 1, "gamma").numel()),
+    "group_norm": AccumulationRule(_group_norm_length),
+    "batch_norm": AccumulationRule(_batch_norm_length),
+    # Upper estimates: the log-sum-exp over classes and the mean over the batch.
+    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel())),
+    "nll_loss": AccumulationRule(_loss_length(6, per_sample=lambda x: 1,
+                                              total=lambda x: x.numel() // _class_count(x))),
+    "mse_loss": AccumulationRule(_loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),
+    # Scores sum over the head dim, the weighted values over the key length; backward also over queries.
+    "scaled_dot_product_attention": AccumulationRule(
+        lambda a, k: _arg(a, k, 1, "key").shape[-2] + _arg(a, k, 0, "query").shape[-1],
+        roundings=1,  # the probabilities are rounded to the input dtype before multiplying by V
+        backward_length=lambda a, k: (_arg(a, k, 0, "query").shape[-2] + _arg(a, k, 1, "key").shape[-2]
+                                      + _arg(a, k, 0, "query").shape[-1])),
+    # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
+    "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
+}
