@@ -154,3 +154,15 @@ def test_chunked_metrics_equal_whole_tensor_formulas():
     assert m.mean_abs_err == pytest.approx(err.mean().item(), rel=1e-9)
     assert m.rmse == pytest.approx(err.square().mean().sqrt().item(), rel=1e-9)
     assert m.golden_rms == pytest.approx(g.square().mean().sqrt().item(), rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_outputs_are_measured_on_their_own_grid(dtype):
+    golden = torch.linspace(-3, 3, 101, dtype=torch.float64)
+    rounded = metrics(golden.to(dtype), golden)
+    assert rounded.max_ulp_err <= 0.5 and rounded.binary_mismatch == 0
+    wrong = golden.to(dtype).clone()
+    wrong[50] = torch.tensor(2.0).to(dtype)  # golden is 0 there
+    m = metrics(wrong, golden)
+    info = torch.finfo(dtype)
+    assert m.max_ulp_err == pytest.approx(2.0 / (info.tiny * info.eps)) and m.worst.ulp == 50
