@@ -120,21 +120,15 @@ def compute_metrics(
     term_norm = _flat_term_norm(acc.term_norm, actual.shape, device, work)
     golden_rms = _finite_rms(flat_g, device, work) if numel else 0.0
     chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
-    partials = [
-        _chunk_partials(
-            flat_a[start : start + chunk],
-            flat_g[start : start + chunk],
-            None if term_norm is None else term_norm[start : start + chunk],
-            start,
-            fmt,
-            params,
-            acc,
-            golden_rms,
-            work,
-        )
-        for start in range(0, numel, chunk)
-    ]
-    return _combine(partials, actual, golden_rms)
+    if numel == 0:
+        return _empty(actual)
+    totals = _Totals(device)
+    for start in range(0, numel, chunk):
+        stop = start + chunk
+        part = None if term_norm is None else term_norm[start:stop]
+        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, start, fmt, params, acc,
+                                    golden_rms, work))
+    return _combine(totals, actual, golden_rms)
 
 
 def _flat_term_norm(term_norm, shape, device, work):
@@ -163,16 +157,34 @@ _MAXIMA = ("abs", "rel", "ulp", "bound")
 _FIRSTS = ("nonfinite", "binary")
 
 
+class _Totals:
+    """Running reductions over the chunks, updated in place.
+
+    Keeping no per-chunk results alive matters: small tensors kept between large temporaries
+    pin the allocator's heap, which then grows with every chunk instead of reusing its memory.
+    """
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(len(_SUMS), dtype=torch.float64, device=device)
+        self.max_values = torch.full((len(_MAXIMA),), -1.0, dtype=torch.float64, device=device)
+        self.max_indices = torch.full((len(_MAXIMA),), -1, dtype=torch.int64, device=device)
+        self.firsts = torch.full((len(_FIRSTS),), _NONE, dtype=torch.int64, device=device)
+
+    def add(self, sums, max_values, max_indices, firsts) -> None:
+        self.sums += sums
+        better = max_values > self.max_values
+        self.max_values.copy_(torch.where(better, max_values, self.max_values))
+        self.max_indices.copy_(torch.where(better, max_indices, self.max_indices))
+        torch.minimum(self.firsts, firsts, out=self.firsts)
+
+
+_NONE = torch.iinfo(torch.int64).max
+
+
 def _first_true(mask: torch.Tensor, offset: int) -> torch.Tensor:
-    """Flat index of the first True element plus offset, or a huge number when there is none."""
-    hit = mask.any()
+    """Flat index of the first True element plus offset, or _NONE when there is none."""
     index = torch.argmax(mask.to(torch.uint8)) + offset
-    return torch.where(hit, index, torch.iinfo(torch.int64).max)
-
-
-def _max_with_index(values: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
-    value, index = torch.max(values, dim=0)
-    return value, index + offset
+    return torch.where(mask.any(), index, _NONE)
 
 
 def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, params, acc, golden_rms, work):
@@ -181,81 +193,89 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
     g = g_raw.to(device=device, dtype=work)
     # The golden as the output dtype would hold it: rounding is not an error, overflow is expected.
     g_round = g_raw.to(device=device, dtype=a_raw.dtype).to(work)
-    nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
+    count = torch.count_nonzero
     fin_a, fin_g = torch.isfinite(a), torch.isfinite(g_round)
     both = fin_a & fin_g
-    same = (a == g_round) | (nan_a & nan_g)
-    if fmt is not None:
-        # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
-        same |= torch.isinf(a) & (torch.sign(a) == torch.sign(g)) & (g.abs() >= fmt.max)
-    nonfinite_mismatch = ~both & ~same
-
-    diff = torch.where(both, a - g, 0)
+    all_finite = bool(both.all())
+    if all_finite:  # the common case: no masks needed
+        same = a == g_round
+        nonfinite_mismatch = None
+        nan_a = nan_g = inf_a = inf_g = None
+        diff = a - g
+        abs_g = g.abs()
+        a_fin, g_fin = a, g
+    else:
+        nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
+        inf_a, inf_g = torch.isinf(a), torch.isinf(g_round)
+        same = (a == g_round) | (nan_a & nan_g)
+        if fmt is not None:
+            # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
+            same |= inf_a & (torch.sign(a) == torch.sign(g)) & (g.abs() >= fmt.max)
+        nonfinite_mismatch = ~both & ~same
+        diff = torch.where(both, a - g, 0)
+        abs_g = torch.where(both, g.abs(), 0)
+        a_fin, g_fin = torch.where(both, a, 0), torch.where(both, g, 0)
     abs_err = diff.abs()
-    abs_g = torch.where(both, g.abs(), 0)
-    small = both & (abs_g < params.small_value)
-    normal = both & ~small
-    rel = torch.where(normal, abs_err / torch.where(normal, abs_g, 1), 0)
+    small = abs_g < params.small_value
+    if not all_finite:
+        small &= both
+    normal = ~small if all_finite else both & ~small
+    rel = abs_err / abs_g.clamp(min=params.small_value) * normal
 
     if fmt is not None:
         tiny = math.ldexp(1.0, fmt.min_exponent)
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
-        ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        ulp_err = abs_err / ulp
+        ulp_err = abs_err / torch.exp2((exponent - fmt.mantissa_bits).to(work))
         scale = abs_g.clamp(min=golden_rms) if term_norm is None else term_norm + abs_g
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
-        bound = fmt.unit_roundoff * abs_g + per_scale * scale + fmt.smallest_subnormal / 2
+        floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
+        bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
         bound_ratio = abs_err / bound
-        signed = torch.where(both, a - g_round, 0)
-        growth = torch.where(both, a.abs() - g_round.abs(), 0)
-        bias_terms = (signed / bound).sum(), (growth / bound).sum()
+        signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
+        growth = a.abs() - g_round.abs() if all_finite else torch.where(both, a.abs() - g_round.abs(), 0)
+        bias = ((signed / bound).sum(), (growth / bound).sum())
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
-        bias_terms = abs_err.sum() * 0, abs_err.sum() * 0
+        bias = (abs_err.sum() * 0, abs_err.sum() * 0)
 
-    a_fin = torch.where(both, a, 0)
-    g_fin = torch.where(both, g, 0)
-    sums = (
-        both.sum(), nan_a.sum(), nan_g.sum(), torch.isinf(a).sum(), torch.isinf(g_round).sum(),
-        nonfinite_mismatch.sum(), (~same).sum(), abs_err.sum(), torch.dot(abs_err, abs_err),
-        normal.sum(), rel.sum(), (rel > params.rtol).sum(), small.sum(),
-        (small & (abs_err > params.small_value_atol)).sum(), (signed > 0).sum(), (signed < 0).sum(),
-        (growth > 0).sum(), (growth < 0).sum(),
-        ulp_err.sum(), (ulp_err > params.ulp_threshold).sum(),
-        (both & (abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol)).sum(),
-        torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(),
-        *bias_terms,
-    )
-    maxima = tuple(_max_with_index(v, offset) for v in (abs_err, rel, ulp_err, bound_ratio))
-    firsts = (_first_true(nonfinite_mismatch, offset), _first_true(~same, offset))
-    return sums, maxima, firsts
+    n = a.numel()
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+    sums = torch.stack([x.to(torch.float64) for x in (
+        count(both), zero if all_finite else count(nan_a), zero if all_finite else count(nan_g),
+        zero if all_finite else count(inf_a), zero if all_finite else count(inf_g),
+        zero if all_finite else count(nonfinite_mismatch), n - count(same),
+        abs_err.sum(), torch.dot(abs_err, abs_err), count(normal), rel.sum(), count(rel > params.rtol),
+        count(small), count(small & (abs_err > params.small_value_atol)), count(signed > 0), count(signed < 0),
+        count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
+        count((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) & both),
+        torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
+    )])
+    maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
+    max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
+    max_indices = torch.stack([m.indices for m in maxima]) + offset
+    no_mismatch = torch.full((), _NONE, dtype=torch.int64, device=device)
+    firsts = torch.stack([
+        no_mismatch if nonfinite_mismatch is None else _first_true(nonfinite_mismatch, offset),
+        _first_true(~same, offset),
+    ])
+    return sums, max_values, max_indices, firsts
 
 
-def _combine(partials, actual: torch.Tensor, golden_rms: float) -> Metrics:
+def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metrics:
     numel = actual.numel()
-    if not partials:
-        return _empty(actual)
-    sums = torch.stack([torch.stack([s.to(torch.float64) for s in p[0]]) for p in partials]).sum(0)
-    max_values = torch.stack([torch.stack([m[0].to(torch.float64) for m in p[1]]) for p in partials])
-    max_indices = torch.stack([torch.stack([m[1] for m in p[1]]) for p in partials])
-    best = max_values.argmax(0)
-    maxima = max_values.gather(0, best[None]).squeeze(0)
-    arg = max_indices.gather(0, best[None]).squeeze(0)
-    firsts = torch.stack([torch.stack(p[2]) for p in partials]).min(0).values
     # One transfer for everything.
-    s = dict(zip(_SUMS, sums.cpu().tolist()))
-    mx = dict(zip(_MAXIMA, maxima.cpu().tolist()))
-    ix = dict(zip(_MAXIMA, arg.cpu().tolist()))
-    fs = dict(zip(_FIRSTS, firsts.cpu().tolist()))
+    s = dict(zip(_SUMS, totals.sums.cpu().tolist()))
+    mx = dict(zip(_MAXIMA, totals.max_values.cpu().tolist()))
+    ix = dict(zip(_MAXIMA, totals.max_indices.cpu().tolist()))
+    fs = dict(zip(_FIRSTS, totals.firsts.cpu().tolist()))
     finite = int(s["finite"])
 
     def mean(total: float, count: float) -> float:
         return total / count if count else 0.0
 
-    none = torch.iinfo(torch.int64).max
     worst = WorstIndices(
-        nonfinite=-1 if fs["nonfinite"] == none else int(fs["nonfinite"]),
-        binary=-1 if fs["binary"] == none else int(fs["binary"]),
+        nonfinite=-1 if fs["nonfinite"] == _NONE else int(fs["nonfinite"]),
+        binary=-1 if fs["binary"] == _NONE else int(fs["binary"]),
         **{k: (int(ix[k]) if finite and mx[k] > 0 else -1) for k in _MAXIMA},
     )
     norm_a, norm_g = math.sqrt(s["norm_a"]), math.sqrt(s["norm_g"])
