@@ -14,10 +14,11 @@ import torch
 
 from .arguments import DescriptorError, DumpDataError, materialize
 from .dump import DumpCase
+from .error_profile import ErrorProfile, error_profile
 from .judge import judge
 from .ops import resolve
 from .rules import Rules
-from .runner import OpExecutionError, run_call
+from .runner import OpExecutionError, RunOutput, run_call
 from .verdict import Status, Verdict
 
 
@@ -43,6 +44,7 @@ class Settings:
 class OutputVerdict:
     name: str  # "output.0", "grad.input_args[0]"
     verdict: Verdict
+    profile: ErrorProfile | None = None  # the error distribution, for outputs that do not pass
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,14 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     compared = run.grads if backward else run.outputs
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
-    outputs = tuple(
-        OutputVerdict(out.name, judge(out.actual, out.golden, op=case.key, accumulation=out.accumulation,
-                                      rules=settings.rules, notes=run.notes))
-        for out in compared
-    )
+    outputs = tuple(_judged(out, case, settings, run.notes) for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     return CaseResult(case, status, outputs, run.notes, time.perf_counter() - started,
                       run.device_seconds + run.golden_seconds)
+
+
+def _judged(out: RunOutput, case: DumpCase, settings: Settings, notes: tuple[str, ...]) -> OutputVerdict:
+    verdict = judge(out.actual, out.golden, op=case.key, accumulation=out.accumulation, rules=settings.rules,
+                    notes=notes)
+    profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
+    return OutputVerdict(out.name, verdict, profile)

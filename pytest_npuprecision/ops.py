@@ -43,6 +43,8 @@ class ResolvedOp:
     kind: OpKind = "function"
     inplace: bool = False  # writes into args[0] (``add_``, ``__iadd__``, ``__setitem__``)
     unsupported: str | None = None
+    reference: Callable[..., Any] | None = None  # a registered custom op's golden (default: func itself)
+    like: str | None = None  # a registered custom op's built-in twin, whose table rows apply
 
     @property
     def prefix(self) -> str:
@@ -56,7 +58,7 @@ class ResolvedOp:
     @property
     def base_name(self) -> str:
         """The op with in-place, reflected and dunder spellings removed: ``__rmatmul__`` -> ``matmul``."""
-        return base_name(self.api_name)
+        return self.like or base_name(self.api_name)
 
     @property
     def reflected(self) -> bool:
@@ -133,10 +135,39 @@ def _unsupported(api_name: str, reason: str) -> ResolvedOp:
     return ResolvedOp(api_name=api_name, func=None, unsupported=f"unsupported: {api_name}: {reason}")
 
 
+def _registered(api_name: str, name: str) -> ResolvedOp | None:
+    """A custom op registered under ``name`` (see opcases.registry), named ``api_name`` here."""
+    from .opcases.registry import registered_op  # lazy: the registry loads entry points on first use
+
+    custom = registered_op(name)
+    if custom is None:
+        return None
+    return ResolvedOp(api_name=api_name, func=custom.fn, reference=custom.reference, like=custom.like)
+
+
 @lru_cache(maxsize=None)
 def resolve(api_name: str) -> ResolvedOp:
-    """Map an msprobe API name to its callable; never raises (see ``ResolvedOp.unsupported``)."""
+    """Map an msprobe API name to its callable; never raises (see ``ResolvedOp.unsupported``).
+
+    A name registered with ``register_op`` wins as written (``my_op``, ``NPU.my_op``); ``Custom.<name>``
+    is always a registered op; under another prefix a registered bare name stands in where torch
+    (or torch_npu) has no such op.
+    """
+    custom = _registered(api_name, api_name)
+    if custom is not None:
+        return custom
     prefix, _, name = api_name.partition(".")
+    if prefix == "Custom" and name:
+        return _registered(api_name, name) or _unsupported(
+            api_name, f"no custom op {name!r} is registered: call register_op({name!r}, fn) in a conftest.py "
+                      f"or a package's pytest_npuprecision.ops entry point")
+    found = _resolve_builtin(api_name, prefix, name)
+    if found.unsupported and name and prefix not in _NOT_SINGLE_OPS:
+        return _registered(api_name, name) or found
+    return found
+
+
+def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
     if not name:
         return _unsupported(api_name, "expected '<Prefix>.<name>' such as 'Functional.gelu'")
     if prefix in _NOT_SINGLE_OPS:
@@ -156,7 +187,7 @@ def resolve(api_name: str) -> ResolvedOp:
         if problem is not None:
             return _unsupported(api_name, problem)
     else:
-        return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten or NPU")
+        return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten, NPU or Custom")
 
     if found is None:
         return _unsupported(api_name, f"no such op {name!r} in this torch {torch.__version__}")

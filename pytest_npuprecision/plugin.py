@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from .cases import CaseInputError, CaseResult, CaseSkipped, Settings, run_case
+from . import gating
+from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
 from .dump import DumpCase, DumpFile, load_dump
-from .report import Collector, case_record
+from .opcases import plugin as opcases
+from .report import Collector, case_record, junit_properties
 from .rules import Rules
 from .runner import default_device
-from .verdict import render_message
+from .verdict import Status, render_message
 
 _SETTINGS = pytest.StashKey[Settings]()
 _RESULT = pytest.StashKey[dict]()
@@ -33,6 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
     group.addoption("--npu-precision-rules", default=None, metavar="FILE",
                     help="YAML overrides of the threshold and op tables")
+    gating.add_options(group)
+    opcases.add_options(group)
 
 
 def _device(value: str) -> torch.device:
@@ -50,6 +54,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_precision: a precision case from an msprobe dump")
     config.addinivalue_line("markers", "npu_forward: a forward API call from a dump")
     config.addinivalue_line("markers", "npu_backward: a backward API call from a dump")
+    opcases.configure(config)
+    gating.configure(config, expected={"error": PrecisionFailure, "warning": PrecisionFailure,
+                                       "input-error": CaseInputError})
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Collector(config), "npu-precision-collector")
     dumps = config.getoption("npu_precision")
     if not dumps:
         return
@@ -68,7 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The paths stay
         # as the user wrote them so that node ids stay relative to the rootdir.
         config.args[:] = list(dumps)
-    config.pluginmanager.register(Collector(config), "npu-precision-collector")
 
 
 def _in_roots(config: pytest.Config, path: Path) -> bool:
@@ -84,6 +92,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if opcases.is_case_file(file_path, parent.config):
+        return opcases.OpCaseFile.from_parent(parent, path=file_path)
     if file_path.name == "dump.json" and _in_roots(parent.config, file_path):
         return DumpJsonFile.from_parent(parent, path=file_path)
     return None
@@ -103,6 +113,8 @@ class DumpJsonFile(pytest.File):
         if dump.error:
             yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error)
             return
+        # Every case of the file counts as collected for stale known failures, even when a node id picks one.
+        gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
         for case in dump.cases:
             yield DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
 
@@ -128,6 +140,10 @@ class PrecisionFailure(AssertionError):
     """A case whose device output is not precise enough."""
 
 
+class KnownFailureRegression(AssertionError):
+    """A listed known failure whose checks got worse than accepted: not the failure the file accepts."""
+
+
 class DumpCaseItem(pytest.Item):
     def __init__(self, *, case: DumpCase, dump: DumpFile, **kwargs):
         super().__init__(**kwargs)
@@ -147,12 +163,23 @@ class DumpCaseItem(pytest.Item):
         except CaseInputError as bad:
             self.stash[_RESULT] = case_record(self.case, settings, status="input-error", message=str(bad))
             raise
-        self.stash[_RESULT] = case_record(self.case, settings, result=result)
-        if result.failures:
-            raise PrecisionFailure(self._message(result))
+        self.stash[_RESULT] = record = case_record(self.case, settings, result=result)
+        strict = self.config.getoption("npu_precision_strict_warnings")
+        failing = [o for o in result.outputs
+                   if o.verdict.status is Status.ERROR or (strict and o.verdict.status is Status.WARNING)]
+        if not failing:
+            return
+        gate = self.config.stash.get(gating.GATE, None)
+        worse = gate.regressions(record) if gate is not None else []
+        record["message"] = message = self._message(failing)
+        if worse:
+            raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
+        raise PrecisionFailure(message)
 
-    def _message(self, result: CaseResult) -> str:
-        parts = [f"{out.name}: {render_message(out.verdict)}" for out in result.failures]
+    def _message(self, failing: list[OutputVerdict]) -> str:
+        parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
+        if any(out.verdict.status is Status.WARNING for out in failing):
+            parts.append("warnings fail this run: --npu-precision-strict-warnings")
         # An absolute file path works from any directory, unlike a rootdir-relative node id.
         node = f"{self.path.resolve()}::{self.name}"
         rerun = f"pytest --npu-precision {shlex.quote(str(self.path.resolve()))} {shlex.quote(node)}"
@@ -162,7 +189,7 @@ class DumpCaseItem(pytest.Item):
         return "\n".join(parts)
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, (PrecisionFailure, CaseInputError)):
+        if isinstance(excinfo.value, (PrecisionFailure, KnownFailureRegression, CaseInputError)):
             return str(excinfo.value)
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
@@ -173,9 +200,22 @@ class DumpCaseItem(pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
-    if call.when == "call" and isinstance(item, DumpCaseItem) and _RESULT in item.stash:
-        record = item.stash[_RESULT]
-        # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
-        report.npu_precision = json.dumps(record)
-        item.user_properties.append(("npu_precision_status", record["status"]))
+    if call.when == "call" and isinstance(item, DumpCaseItem):
+        record = item.stash.get(_RESULT, None)
+        if call.excinfo is not None and not isinstance(call.excinfo.value, _CASE_OUTCOMES):
+            record = case_record(item.case, item.config.stash[_SETTINGS], status="harness-error",
+                                 message=f"{call.excinfo.typename}: {call.excinfo.value}")
+        if record is not None:
+            gate = item.config.stash.get(gating.GATE, None)
+            if gate is not None:
+                gate.annotate(record, report)
+            # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
+            report.npu_precision = json.dumps(record)
+            # JUnit XML takes these from the teardown report, which copies the item's properties.
+            item.user_properties.extend(junit_properties(record))
     return report
+
+
+# What a case may end with; anything else is a harness error.
+_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, pytest.skip.Exception,
+                  pytest.fail.Exception)

@@ -1,7 +1,8 @@
-"""Case records, and the reports made of them: JSON Lines, msprobe-compatible CSV, terminal summary.
+"""Case records, and the reports made of them: JSON Lines, msprobe-compatible CSV, HTML, terminal summary.
 
 Records are plain JSON-able dicts with English keys, so that pytest-xdist can carry them from the
-workers to the controller, which alone writes the files.
+workers to the controller, which alone writes the files, judges stale known failures and rewrites
+the known-failures file.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,10 @@ import pytest
 
 from .cases import CaseResult, Settings
 from .dump import DumpCase
+from .gating import GATE, KnownFailureGate
+from .html_report import Gating, write_html
+from .summary import (ALL_CHECKS, counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
+                      times_limit, worst_check, worst_text)
 
 # msprobe's details columns, in its order (its headers are Chinese; users' scripts read them).
 DETAILS_COLUMNS = (
@@ -40,20 +44,41 @@ def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None
     }
     if result is not None:
         record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
-                      notes=list(result.notes), outputs=[_output(o.name, o.verdict) for o in result.outputs])
+                      notes=list(result.notes),
+                      outputs=[_output(o.name, o.verdict, o.profile) for o in result.outputs])
     return record
 
 
-def _output(name: str, verdict) -> dict[str, Any]:
+def _output(name: str, verdict, profile=None) -> dict[str, Any]:
     return {
         "name": name, "status": verdict.status.value, "standard": verdict.standard, "dtype": verdict.dtype,
         "shape": list(verdict.shape),
         "checks": [{"metric": c.metric, "value": c.value, "limit": c.limit, "status": c.status.value,
-                    "baseline": c.baseline} for c in verdict.checks],
+                    "upper": c.upper, "warning": c.warning, "baseline": c.baseline} for c in verdict.checks],
         "metrics": verdict.metrics.as_dict(),
         "worst": None if verdict.worst is None else {"index": list(verdict.worst.index), "actual": verdict.worst.actual,
                                                       "golden": verdict.worst.golden},
+        "profile": None if profile is None else profile.as_dict(),
     }
+
+
+def junit_properties(record: dict) -> list[tuple[str, str]]:
+    """A case's status and key metrics, as JUnit XML properties."""
+    props = [("npu_precision_case_id", record["case_id"]), ("npu_precision_status", record["status"])]
+    if record["outputs"]:
+        props += [("npu_precision_standard", ",".join(sorted({o["standard"] for o in record["outputs"]}))),
+                  ("npu_precision_dtype", ",".join(sorted({o["dtype"] for o in record["outputs"]})))]
+    worst = worst_check(record, ALL_CHECKS)
+    if worst is not None:
+        name, check = worst
+        props += [("npu_precision_worst_output", name), ("npu_precision_worst_metric", check["metric"]),
+                  ("npu_precision_worst_value", repr(check["value"])),
+                  ("npu_precision_worst_limit", repr(check["limit"]))]
+    if "known_failure" in record:
+        props.append(("npu_precision_known_failure", record["known_failure"]["outcome"]))
+    if record["seconds"] is not None:
+        props.append(("npu_precision_seconds", f"{record['seconds']:.6f}"))
+    return props
 
 
 def write_jsonl(records: list[dict], path: Path) -> None:
@@ -117,12 +142,21 @@ def _details_row(name: str, output: dict) -> list[str]:
 
 
 class Collector:
-    """Gathers case records on the controller and writes the reports and the summary once."""
+    """Gathers case records; writes the reports, settles the gate and prints the summary, once.
+
+    Registered on the controller only (or in a serial run): xdist workers send their records to it
+    on the reports.
+    """
 
     def __init__(self, config: pytest.Config):
         self.config = config
         self.records: list[dict] = []
         self.written: list[Path] = []
+        self.strict_warnings: bool = config.getoption("npu_precision_strict_warnings")
+
+    @property
+    def gate(self) -> KnownFailureGate | None:
+        return self.config.stash.get(GATE, None)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         text = getattr(report, "npu_precision", None)
@@ -130,49 +164,113 @@ class Collector:
             self.records.append(json.loads(text))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        records = sorted(self.records, key=lambda r: (r["location"], r["order"], r["case_id"]))
+        gate = self.gate
+        if gate is not None:
+            gate.finish(records)
         folder = self.config.getoption("npu_precision_report")
-        if folder is None or hasattr(self.config, "workerinput"):
-            return  # xdist workers send their records to the controller instead
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        records = sorted(self.records, key=lambda r: (r["location"], r["order"]))
-        write_jsonl(records, folder / "cases.jsonl")
-        self.written = [folder / "cases.jsonl", *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+        if folder is not None:
+            folder = Path(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_jsonl(records, folder / "cases.jsonl")
+            self.written += [folder / "cases.jsonl", *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+        html = self.config.getoption("npu_precision_html")
+        if html is not None:
+            write_html(records, Path(html), generated=time.strftime("%Y-%m-%d %H:%M:%S"), gating=self._gating())
+            self.written.append(Path(html))
+        if gate is not None and gate.fails_run and session.exitstatus in (pytest.ExitCode.OK,
+                                                                          pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _gating(self) -> Gating:
+        gate = self.gate
+        if gate is None:
+            return Gating(strict_warnings=self.strict_warnings)
+        return Gating(str(gate.path), gate.stale, gate.fails_run, self.strict_warnings, tuple(_gate_notes(gate)))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.records or hasattr(self.config, "workerinput"):
-            return
-        tr = terminalreporter
-        tr.write_sep("=", "npu-precision summary")
-        counts = Counter(r["status"] for r in self.records)
-        tr.write_line("cases: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-        standards = Counter(o["standard"] for r in self.records for o in r["outputs"])
-        if standards:
-            tr.write_line("outputs by standard: " + ", ".join(f"{n} {s}" for s, n in sorted(standards.items())))
-        failing = [r for r in self.records if r["status"] in ("error", "input-error")]
-        firsts: dict[str, dict] = {}
-        for record in sorted(failing, key=lambda r: r["order"]):
-            firsts.setdefault(record["location"] or record["source"], record)
-        for location, record in sorted(firsts.items()):
-            tr.write_line(f"first failing API in {location or 'dump'}: {record['key']} ({_worst_text(record)})")
-        for record in sorted(failing, key=_severity, reverse=True)[:5]:
-            tr.write_line(f"worst: {record['case_id']}: {_worst_text(record)}")
-        for path in self.written:
-            tr.write_line(f"report written: {path}")
+        lines = summary_lines(self.records, self.gate, self.written, self.strict_warnings)
+        if lines:
+            terminalreporter.write_sep("=", "npu-precision summary")
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
-def _failing_checks(record: dict):
-    return [c for o in record["outputs"] for c in o["checks"] if c["status"] == "error"]
+_LISTED = 5  # at most this many cases per kind of line
 
 
-def _severity(record: dict) -> float:
-    ratios = [c["value"] / c["limit"] if c["limit"] else float("inf") for c in _failing_checks(record)]
-    return max(ratios, default=float("inf"))
+def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: list[Path],
+                  strict_warnings: bool) -> list[str]:
+    """The terminal summary: short, and the same for the same records whatever the order they came in."""
+    records = sorted(records, key=lambda r: r["case_id"])
+    statuses = failing_statuses(strict_warnings)
+    lines = []
+    if records:
+        lines.append("cases: " + counts(r["status"] for r in records))
+    by_standard: dict[str, list[str]] = {}
+    for record in records:
+        for output in record["outputs"]:
+            by_standard.setdefault(output["standard"], []).append(output["status"])
+    if by_standard:
+        lines.append("outputs by standard: " + "; ".join(f"{s} {counts(v)}" for s, v in sorted(by_standard.items())))
+    for location, record in first_failing(records, strict_warnings).items():
+        lines.append(f"first failing API in {location or 'dump'}: {record['key']} "
+                     f"({worst_text(record, statuses)}){_known(record)}")
+    unexpected = [r for r in records if is_failing(r, strict_warnings) and known_outcome(r) != "xfail"]
+    failing = sorted(unexpected, key=severity, reverse=True)
+    for record in failing[:_LISTED]:
+        lines.append(f"worst: {record['case_id']}: {worst_text(record, statuses)}{_times(record, statuses)}"
+                     f"{_known(record)}")
+    if not strict_warnings:
+        warned = [r for r in records if r["status"] == "warning"]
+        lines += [f"warning: {r['case_id']}: {worst_text(r, ('warning',))}" for r in warned[:_LISTED]]
+        lines += _more(warned, "warnings")
+    if gate is not None:
+        lines += _gate_lines(records, gate)
+    lines += [f"report written: {path}" for path in written]
+    return lines
 
 
-def _worst_text(record: dict) -> str:
-    checks = _failing_checks(record)
-    if not checks:
-        return record["message"].splitlines()[0] if record["message"] else record["status"]
-    worst = max(checks, key=lambda c: c["value"] / c["limit"] if c["limit"] else float("inf"))
-    return f"{worst['metric']} {worst['value']:.4g} > {worst['limit']:.4g}"
+def _known(record: dict) -> str:
+    return f" [known failure: {known_outcome(record)}]" if known_outcome(record) else ""
+
+
+def _times(record: dict, statuses: tuple[str, ...]) -> str:
+    worst = worst_check(record, statuses)
+    text = times_limit(worst[1]) if worst else ""
+    return f", {text}" if text else ""
+
+
+def _more(items: list, what: str) -> list[str]:
+    return [f"... and {len(items) - _LISTED} more {what}"] if len(items) > _LISTED else []
+
+
+def _gate_lines(records: list[dict], gate: KnownFailureGate) -> list[str]:
+    listed = [r for r in records if "known_failure" in r]
+    ran = counts(r["known_failure"]["outcome"] for r in listed) or "none of the listed cases ran"
+    lines = [f"known failures ({gate.path}): " + (ran if gate.entries else "no entries")]
+    for outcome, text in (("regression", lambda r: r["known_failure"]["regressions"][0]),
+                          ("changed", lambda r: f"accepted as {r['known_failure']['status']}, now {r['status']}"),
+                          ("fixed", lambda r: "now passes: remove it, or rerun with "
+                                              "--npu-precision-update-known-failures")):
+        cases = [r for r in listed if r["known_failure"]["outcome"] == outcome]
+        lines += [f"  {outcome}: {r['case_id']}: {text(r)}" for r in cases[:_LISTED]]
+        lines += _more(cases, outcome)
+    lines += [f"  stale: {case_id}: matches no collected case" for case_id in gate.stale[:_LISTED]]
+    lines += _more(list(gate.stale), "stale entries")
+    lines += [f"  {note}" for note in _gate_notes(gate)]
+    return lines
+
+
+def _gate_notes(gate: KnownFailureGate) -> list[str]:
+    notes = []
+    if gate.stale and gate.update is None:
+        notes.append("stale entries fail the run: remove them, rerun with --npu-precision-update-known-failures, "
+                     "or pass --npu-precision-warn-stale" if gate.fails_run else "stale entries are only warned about")
+    if gate.stale_unchecked:
+        notes.append(f"stale entries not checked: {gate.stale_unchecked}")
+    if gate.update is not None:
+        u = gate.update
+        notes.append(f"rewrote {gate.path}: {len(u.entries)} entries; {len(u.added)} added, {len(u.changed)} "
+                     f"changed, {len(u.fixed)} removed as fixed, {len(u.stale)} stale removed")
+    return notes

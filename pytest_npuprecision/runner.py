@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import torch
@@ -469,12 +469,15 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
              device: torch.device, backward: bool = False,
              grad_outputs: Sequence[torch.Tensor | None] | None = None,
              requires_grad: Collection[int | str] = (), seed: int = 0,
-             golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None) -> RunResult:
+             golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None,
+             reference: Callable[..., Any] | None = None) -> RunResult:
     """Run ``op`` on ``device`` and on the CPU golden; raise OpExecutionError when the op raises.
 
     requires_grad: inputs to differentiate besides tensors whose ``requires_grad`` is already True:
     positions (3), keyword names ('weight') or paths ("input_args[0][1]", "input_kwargs['weight']"). seed: draws the output gradients when
     ``grad_outputs`` is None. autocast: run the device side under autocast to this dtype (AMP dumps).
+    reference: what the golden side calls, with the same arguments, instead of the op itself (default:
+    ``op.reference``, a registered custom op's reference, else the op).
     """
     if op.func is None:
         raise ValueError(f"{op.api_name} cannot run ({op.unsupported}): skip the case instead of calling run_call")
@@ -482,6 +485,8 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     device = torch.device(device)
     notes: list[str] = []
     grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
+    reference = reference if reference is not None else op.reference
+    golden_op = op if reference is None else replace(op, func=reference)
 
     device_side = _Side(f"device ({device})", device, autocast=autocast)
     dev = _forward(op, args, kwargs, device_side, grad_paths, notes)
@@ -491,13 +496,13 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         notes.append(f"no output of {op.api_name} requires grad; backward skipped")
 
     try:
-        gold, gold_grads, golden_seconds, golden_notes = _golden_run(op, args, kwargs, golden_dtype,
+        gold, gold_grads, golden_seconds, golden_notes = _golden_run(golden_op, args, kwargs, golden_dtype,
                                                                      grad_paths, cotangents)
     except OpExecutionError as exc:
         if golden_dtype != torch.float64 or not _mentions_double(exc):
             raise
         golden_dtype = torch.float32
-        gold, gold_grads, golden_seconds, golden_notes = _golden_run(op, args, kwargs, golden_dtype,
+        gold, gold_grads, golden_seconds, golden_notes = _golden_run(golden_op, args, kwargs, golden_dtype,
                                                                      grad_paths, cotangents)
         notes.append(f"golden computed in float32: no float64 kernel for {op.api_name} "
                      f"({type(exc.__cause__).__name__}: {exc.__cause__})")
@@ -508,7 +513,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
 
     def accumulation(name: str, actual: torch.Tensor) -> Accumulation:
         if not forward_acc:
-            forward_acc.append(_forward_accumulation(op, args, kwargs, golden_side, notes))
+            forward_acc.append(_forward_accumulation(golden_op, args, kwargs, golden_side, notes))
         return forward_acc[0]
 
     outputs, forward_error = _pair(dict(dev.outputs), dict(gold.outputs), notes, accumulation)
@@ -519,7 +524,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
             if dev_grads.get(path) is None and gold_grads.get(path) is None:
                 notes.append(f"grad.{path} is None: {path} does not reach a differentiated output; omitted")
         out_numel = sum(t.numel() for n, t in dev.outputs if n in cotangents)
-        accs = _grad_accumulations(op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
+        accs = _grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
         grads, grad_error = _pair({f"grad.{p}": g for p, g in dev_grads.items() if g is not None},
                                   {f"grad.{p}": g for p, g in gold_grads.items() if g is not None},
                                   notes, lambda n, t: accs.get(n))

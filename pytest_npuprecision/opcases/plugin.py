@@ -1,0 +1,241 @@
+"""The pytest layer of op cases: options, YAML collection, items, and the ``precision_case`` decorator.
+
+pytest_npuprecision.plugin calls add_options, configure and collect_file; everything that decides
+anything lives in the core modules beside this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import pytest
+import torch
+
+from ..rules import Rules
+from ..runner import default_device
+from .message import render_outcome
+from .regression import write_regression
+from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
+from .search import PROFILES, OpCaseSettings, Outcome, check_case
+from .spec import BrokenCase, OpCase, dtype_name
+
+_SETTINGS = pytest.StashKey[OpCaseSettings]()
+DEFAULT_PATTERNS = ("op_cases*.yaml", "op_cases*.yml")
+
+
+def add_options(group) -> None:
+    group.addoption("--npu-precision-profile", default="ci", choices=sorted(PROFILES), metavar="PROFILE",
+                    help="how hard op cases search: ci (deterministic, bounded; default), dev (random, local "
+                         "example database) or thorough (many examples)")
+    group.addoption("--npu-precision-regressions", default=None, metavar="DIR",
+                    help="write failing op case examples here as regression cases (default: op_cases/regressions "
+                         "under the rootdir; 'none' writes nothing)")
+    group.addoption("--npu-precision-cases", action="append", default=[], metavar="GLOB",
+                    help="collect YAML files whose name matches GLOB as op cases, besides every YAML file in an "
+                         "op_cases/ folder (default: op_cases*.yaml)")
+
+
+def configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "npu_op_case: an op case (YAML or precision_case), searched by Hypothesis")
+    device = config.getoption("npu_precision_device", "auto")
+    if device != "auto":
+        _device(device)  # a bad device is a usage error now, not a failure in every case
+    config.pluginmanager.register(_Reporter(), "npu-precision-opcases")
+
+
+def _device(value: str) -> torch.device:
+    if value == "auto":
+        return default_device()
+    try:
+        return torch.device(value)
+    except RuntimeError:
+        raise pytest.UsageError(
+            f"--npu-precision-device {value!r} is not a device: use auto, cpu, cuda[:N] or npu[:N]") from None
+
+
+def settings_for(config: pytest.Config) -> OpCaseSettings:
+    """The op case settings of this run, made once from the options."""
+    if _SETTINGS not in config.stash:
+        rules = Rules.default()
+        if config.getoption("npu_precision_rules", None):
+            try:
+                rules = rules.merged(config.getoption("npu_precision_rules"))
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        folder = config.getoption("npu_precision_regressions")
+        if folder is None:  # op_cases/regressions of the rootdir (the rootdir may be op_cases/ itself)
+            root = config.rootpath if config.rootpath.name == "op_cases" else config.rootpath / "op_cases"
+            regressions: Path | None = root / "regressions"
+        elif folder.lower() == "none":
+            regressions = None
+        else:
+            regressions = config.invocation_params.dir / folder
+        config.stash[_SETTINGS] = OpCaseSettings(
+            device=_device(config.getoption("npu_precision_device", "auto")), rules=rules,
+            profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
+            root=config.rootpath)
+    return config.stash[_SETTINGS]
+
+
+def is_case_file(file_path: Path, config: pytest.Config) -> bool:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return False
+    if "op_cases" in file_path.parent.parts:
+        return True
+    folder = config.getoption("npu_precision_regressions")
+    if folder and folder.lower() != "none":
+        root = (config.invocation_params.dir / folder).resolve()
+        if root == file_path.parent.resolve() or root in file_path.resolve().parents:
+            return True
+    patterns = config.getoption("npu_precision_cases") or DEFAULT_PATTERNS
+    return any(fnmatch.fnmatch(file_path.name, pattern) for pattern in patterns)
+
+
+def collect_file(file_path: Path, parent: pytest.Collector):
+    if is_case_file(file_path, parent.config):
+        return OpCaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+def check_and_keep(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Outcome:
+    """Check a case; write a searched case's failing example as a regression case."""
+    outcome = check_case(case, dtype, settings)
+    keep = outcome.result is not None and outcome.result.failed and not case.fixed
+    if keep and settings.regressions is not None and outcome.call is not None:
+        path = write_regression(case, dtype, outcome.call, settings.regressions, settings.root)
+        outcome = dataclasses.replace(outcome, regression=path)
+    return outcome
+
+
+class OpCaseFailure(AssertionError):
+    """An op case whose op is not precise enough (or raised) on some example."""
+
+
+class OpCaseUsageError(Exception):
+    """An op case that cannot run as written: its message names the file, the case and the field."""
+
+
+def _raise_for(outcome: Outcome, settings: OpCaseSettings) -> None:
+    __tracebackhide__ = True
+    if outcome.passed:
+        return
+    message = render_outcome(outcome, settings, outcome.op_name, outcome.reference_label)
+    raise (OpCaseUsageError if outcome.problem is not None else OpCaseFailure)(message)
+
+
+class OpCaseFile(pytest.File):
+    def collect(self) -> Iterable[pytest.Item]:
+        from .schema import load_case_file
+
+        for case in load_case_file(self.path, self.config.rootpath):
+            if isinstance(case, BrokenCase):
+                yield BrokenCaseItem.from_parent(self, name=case.id, problem=case.problem)
+                continue
+            for dtype in case.dtypes:
+                yield OpCaseItem.from_parent(self, name=case.item_name(dtype), case=case, dtype=dtype)
+
+
+class BrokenCaseItem(pytest.Item):
+    """A case (or file) that cannot be read fails alone, with the schema error; the others still run."""
+
+    def __init__(self, *, problem: str, **kwargs):
+        super().__init__(**kwargs)
+        self.problem = problem
+        self.add_marker(pytest.mark.npu_op_case)
+
+    def runtest(self) -> None:
+        raise OpCaseUsageError(self.problem)
+
+    def repr_failure(self, excinfo, style=None):
+        return str(excinfo.value)
+
+    def reportinfo(self):
+        return self.path, None, f"op case {self.name} (unreadable)"
+
+
+class OpCaseItem(pytest.Item):
+    def __init__(self, *, case: OpCase, dtype: torch.dtype, **kwargs):
+        super().__init__(**kwargs)
+        self.case, self.dtype = case, dtype
+        self.add_marker(pytest.mark.npu_op_case)
+
+    def runtest(self) -> None:
+        settings = settings_for(self.config)
+        outcome = check_and_keep(self.case, self.dtype, settings)
+        self.user_properties.append(("npu_precision_examples", outcome.examples))
+        _raise_for(outcome, settings)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (OpCaseFailure, OpCaseUsageError)):
+            return str(excinfo.value)
+        return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
+
+    def reportinfo(self):
+        return self.path, None, f"op case {self.name}"
+
+
+class _Reporter:
+    @pytest.hookimpl
+    def pytest_report_collectionfinish(self, config: pytest.Config, items) -> str | None:
+        if not any(item.get_closest_marker("npu_op_case") for item in items):
+            return None
+        settings = settings_for(config)
+        profile = settings.profile
+        where = settings.regressions if settings.regressions is not None else "nowhere"
+        return (f"npu-precision op cases: profile {profile.name} ({profile.description}), device "
+                f"{settings.device} vs golden cpu float64, failing examples written to {where}")
+
+
+# ---------------------------------------------------------------- Python cases
+
+
+def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("float16", "bfloat16", "float32"),
+                   reference: str | Callable[..., Any] | None = None, backward: bool = False,
+                   standard: str | None = None, limits: Mapping[str, Mapping[str, Any]] | None = None,
+                   reason: str | None = None, max_examples: int | None = None,
+                   id: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., None]]:
+    """Turn a function that draws an op's arguments into a pytest test, one per dtype.
+
+    The decorated function takes Hypothesis's ``draw`` and the dtype and returns ``call(*args, **kwargs)``
+    (or a tuple of positional arguments); build the values with ``pytest_npuprecision.strategies``.
+    ``op`` and ``reference`` are names (as in YAML) or callables; the other arguments mean what the
+    YAML fields of the same name mean. Failing examples are shrunk and written as regression cases.
+    """
+    try:
+        parsed = parse_dtypes(list(dtypes))
+        standard = parse_standard(standard)
+        limits_, reason = parse_limits(dict(limits) if limits else None, reason)
+    except SchemaError as exc:
+        raise ValueError(f"precision_case({op!r}): {exc}") from None
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise ValueError(f"precision_case({op!r}): max_examples={max_examples!r} is not a whole number >= 1: write one")
+
+    def decorate(draw: Callable[..., Any]) -> Callable[..., None]:
+        case = OpCase(id=id or draw.__name__, op=op, dtypes=parsed, source=draw.__module__, reference=reference,
+                      standard=standard, limits=limits_, reason=reason, backward=backward,
+                      max_examples=max_examples, draw=draw)
+
+        @pytest.mark.npu_op_case
+        @pytest.mark.parametrize("dtype", parsed, ids=dtype_name)
+        def test(dtype: torch.dtype, request: pytest.FixtureRequest) -> None:
+            __tracebackhide__ = True
+            settings = settings_for(request.config)
+            path = request.node.path
+            source = path.relative_to(request.config.rootpath).as_posix() \
+                if path.is_relative_to(request.config.rootpath) else str(path)
+            outcome = check_and_keep(dataclasses.replace(case, source=source), dtype, settings)
+            request.node.user_properties.append(("npu_precision_examples", outcome.examples))
+            _raise_for(outcome, settings)
+
+        test.__name__, test.__qualname__, test.__doc__ = draw.__name__, draw.__qualname__, draw.__doc__
+        test.__module__ = draw.__module__
+        test.npu_precision_case = case  # type: ignore[attr-defined]
+        return test
+
+    return decorate
+
+
+__all__ = ["CASE_DTYPES", "add_options", "collect_file", "configure", "precision_case", "settings_for"]

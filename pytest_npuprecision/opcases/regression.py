@@ -1,0 +1,94 @@
+"""Write a failing example as a regression case: a YAML entry plus the tensors it needs.
+
+The YAML file is an ordinary op case file whose inputs are fixed (``file:`` and ``value:``), so the
+collector picks it up like any other and it reruns once, deterministically, with no Hypothesis and
+no example database. Tensors (and any value YAML cannot hold exactly, such as tuples or dtypes) are
+saved with torch.save next to it and loaded with torch.load(weights_only=True). The file name ends
+with a digest of the inputs, so finding the same example again rewrites the same files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .run import case_seed
+from .spec import Call, OpCase, dtype_name, op_label
+
+
+def _plain(value: Any) -> bool:
+    """Values YAML writes and reads back exactly as the same Python value."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return type(value) is list and all(_plain(v) for v in value)
+
+
+def _digest(case: OpCase, dtype: torch.dtype, call: Call) -> str:
+    digest = hashlib.sha1(f"{op_label(case.op)}|{dtype}|{case.backward}".encode())
+    for value in (*call.args, *sorted(call.kwargs.items())):
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()[:8]
+
+
+def regression_name(case: OpCase, dtype: torch.dtype, call: Call) -> str:
+    return f"{case.id}-{dtype_name(dtype)}-{_digest(case, dtype, call)}"
+
+
+def write_regression(case: OpCase, dtype: torch.dtype, call: Call, folder: Path, root: Path | None = None) -> Path:
+    """Write ``call`` as a fixed case in ``folder``; return the YAML file's path.
+
+    root: the rootdir, to print the rerun command relative to it.
+    """
+    name = regression_name(case, dtype, call)
+    data_dir = folder / name
+    data_dir.mkdir(parents=True, exist_ok=True)
+    grads = None if call.requires_grad is None else set(call.requires_grad)
+
+    def entry(value: Any, key: int | str, stem: str) -> Any:
+        if _plain(value) and not isinstance(value, dict):
+            return value
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().clone()
+        torch.save(value, data_dir / f"{stem}.pt")
+        spec: dict[str, Any] = {"file": f"{name}/{stem}.pt"}
+        if grads is not None and key not in grads and isinstance(value, torch.Tensor):
+            spec["grad"] = False
+        return spec
+
+    found_by = f"{case.source}::{case.item_name(dtype)}"
+    record: dict[str, Any] = {"id": name, "op": op_label(case.op), "dtypes": [dtype_name(dtype)]}
+    if case.reference is not None:
+        record["reference"] = op_label(case.reference)
+    if case.standard is not None:
+        record["standard"] = case.standard
+    if case.limits:
+        record["limits"] = {s: dict(m) for s, m in case.limits.items()}
+    if case.roundings is not None:
+        record["roundings"] = case.roundings
+    if case.reason is not None:
+        record["reason"] = case.reason
+    if case.backward:
+        record["backward"] = True
+    record["seed"] = case_seed(case)
+    record["found_by"] = found_by
+    record["inputs"] = [entry(v, i, f"input{i}") for i, v in enumerate(call.args)]
+    if call.kwargs:
+        record["kwargs"] = {k: entry(v, k, f"kwarg_{k}") for k, v in call.kwargs.items()}
+    path = folder / f"{name}.yaml"
+    shown = path
+    if root is not None and path.resolve().is_relative_to(root.resolve()):
+        shown = path.resolve().relative_to(root.resolve())
+    header = (f"# Written by pytest-npuprecision: the shrunk failing example Hypothesis found for\n"
+              f"# {found_by}. It reruns as it is, without Hypothesis: pytest {shown.as_posix()}\n"
+              f"# Keep it and the folder {name}/ as a regression case: it fails until the op is fixed.\n")
+    path.write_text(header + yaml.safe_dump({"cases": [record]}, sort_keys=False, width=100), encoding="utf-8")
+    return path

@@ -1,0 +1,217 @@
+"""Run one example of an op case: the op on the device, its reference on the golden, every output judged.
+
+This is the pure core under both the Hypothesis search and fixed (regression) cases: a Call in,
+an ExampleResult out. The runner does the running (runner.run_call) and the standards do the
+judging (judge.judge); this module only resolves what the case names and ranks how bad a result is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..cases import OutputVerdict
+from ..judge import judge
+from ..ops import ResolvedOp, resolve
+from ..rules import Rules, parse_op_name
+from ..runner import OpExecutionError, run_call
+from ..verdict import Check, Status, Verdict
+from .registry import CustomOp, entry_point_errors, registered_op
+from .schema import SchemaError
+from .spec import Call, OpCase, op_label
+
+_PREFIXES = ("Functional", "Tensor", "Torch", "Aten", "NPU", "Custom", "VF", "Distributed", "MindSpeed", "Module")
+HOW_TO_NAME = ("use an msprobe name (Functional.gelu), a dotted path (torch.nn.functional.gelu) "
+               "or a name registered with register_op")
+
+
+class CaseSpecError(ValueError):
+    """The case cannot run as written: the inputs it draws do not fit the op, or its reference."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a case runs and how it is judged, resolved once per case."""
+
+    op: ResolvedOp
+    reference: Callable[..., Any] | None  # None: the op itself on the golden
+    reference_label: str
+    standard: str | None  # forces the forward standard of float outputs
+    rules: Rules
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    outputs: tuple[OutputVerdict, ...] = ()
+    notes: tuple[str, ...] = ()
+    problem: str | None = None  # the op raised on the device, or device and golden results differ in structure
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> tuple[OutputVerdict, ...]:
+        return tuple(o for o in self.outputs if o.verdict.status is Status.ERROR)
+
+    @property
+    def failed(self) -> bool:
+        return self.problem is not None or bool(self.failures)
+
+    @property
+    def severity(self) -> float:
+        """The worst check's value over its limit (above 1 fails): what Hypothesis maximizes."""
+        if self.problem is not None:
+            return _CEILING
+        return max((verdict_severity(o.verdict) for o in self.outputs), default=0.0)
+
+
+_CEILING = 1e9  # target() needs a finite number
+
+
+def check_severity(check: Check) -> float:
+    if check.upper:
+        ratio = check.value / check.limit if check.limit > 0 else (1.0 + check.value if check.value > 0 else 0.0)
+    else:  # a minimum share, such as thousandth_ratio >= 0.999
+        ratio = (1.0 - check.value) / max(1.0 - check.limit, 1e-12)
+    return _CEILING if math.isnan(ratio) else min(max(ratio, 0.0), _CEILING)
+
+
+def verdict_severity(verdict: Verdict) -> float:
+    return max((check_severity(c) for c in verdict.checks), default=0.0)
+
+
+def case_seed(case: OpCase) -> int:
+    """The seed of the output gradients: the case's own, else derived from its id (never a global RNG)."""
+    return case.seed if case.seed is not None else zlib.crc32(case.id.encode())
+
+
+# ---------------------------------------------------------------- naming ops
+
+
+def _import_path(path: str) -> Any | None:
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            value: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            value = getattr(value, attr, None)
+            if value is None:
+                return None
+        return value
+    return None
+
+
+def resolve_op(name: str | Callable[..., Any], field: str) -> tuple[ResolvedOp, CustomOp | None]:
+    """An op or reference as a case names it; raise SchemaError naming ``field`` when it is no op."""
+    if callable(name) and not isinstance(name, str):
+        label = op_label(name)
+        custom = registered_op(label)
+        if custom is not None and custom.fn is name:
+            return resolve(custom.api_name), custom
+        return ResolvedOp(api_name=label, func=name), None
+    custom = registered_op(name)
+    if custom is not None:
+        return resolve(custom.api_name), custom
+    prefix = name.partition(".")[0]
+    if prefix in _PREFIXES:
+        op = resolve(name)
+        if op.unsupported:
+            raise SchemaError(field, f"{name!r} cannot run here ({op.unsupported.removeprefix('unsupported: ')}): "
+                                     f"{HOW_TO_NAME}")
+        return op, registered_op(name)
+    found = _import_path(name) if "." in name else None
+    if found is None or not callable(found):
+        why = "nothing of that name imports" if "." in name else "no op of that name is registered"
+        errors = "; ".join(entry_point_errors())
+        raise SchemaError(field, f"{name!r} is not an op ({why}{'; ' + errors if errors else ''}): {HOW_TO_NAME}")
+    return ResolvedOp(api_name=name, func=found), None
+
+
+def prepare(case: OpCase, rules: Rules) -> Target:
+    """Resolve the case's op and reference and its rules; raise SchemaError for a name that is no op."""
+    op, custom = resolve_op(case.op, "op")
+    reference, reference_label = None, "the op itself in float64"
+    if case.reference is not None:
+        ref_op, _ = resolve_op(case.reference, "reference")
+        reference, reference_label = ref_op.func, f"{op_label(case.reference)} in float64"
+    elif op.reference is not None:
+        reference, reference_label = op.reference, f"{op_label(op.reference)} in float64"
+    standard = case.standard or (custom.standard if custom is not None else None)
+    return Target(op, reference, reference_label, standard, _case_rules(rules, op, case))
+
+
+def _case_rules(rules: Rules, op: ResolvedOp, case: OpCase) -> Rules:
+    """The tables, with the op's row (its built-in twin's, for a custom op with ``like``) under the
+    op's own name, plus the case's own limits and roundings."""
+    if not op.like and not case.limits and case.roundings is None:
+        return rules
+    row = rules.op_rule(parse_op_name(op.like or op.api_name))
+    limits = {standard: dict(metrics) for standard, metrics in row.limits.items()}
+    for standard, metrics in case.limits.items():
+        limits.setdefault(standard, {}).update(metrics)
+    entry = {"standard": row.standard, "backward": row.backward, "level": row.level, "limits": limits,
+             "roundings": row.roundings if case.roundings is None else case.roundings}
+    return rules.merged({"ops": {op.api_name: {k: v for k, v in entry.items() if v is not None}}})
+
+
+# ---------------------------------------------------------------- one example
+
+
+def _differentiable(call: Call) -> tuple[int | str, ...]:
+    def float_tensor(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+    return (*(i for i, a in enumerate(call.args) if float_tensor(a)),
+            *(k for k, v in call.kwargs.items() if float_tensor(v)))
+
+
+def _reference_raises(target: Target, call: Call) -> bool:
+    """Whether the golden side raises too: then the inputs, not the device, are at fault."""
+    def golden(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.detach().to(torch.float64)
+        return value
+
+    try:
+        with torch.no_grad():
+            (target.reference or target.op.func)(*map(golden, call.args),
+                                                  **{k: golden(v) for k, v in call.kwargs.items()})
+    except Exception:
+        return True
+    return False
+
+
+def run_example(case: OpCase, target: Target, call: Call, device: torch.device) -> ExampleResult:
+    """Run and judge one example; raise CaseSpecError when the inputs do not fit the op at all."""
+    started = time.perf_counter()
+    requires = call.requires_grad if call.requires_grad is not None else _differentiable(call)
+    try:
+        run = run_call(target.op, call.args, call.kwargs, device=device, backward=case.backward,
+                       requires_grad=requires if case.backward else (), seed=case_seed(case),
+                       reference=target.reference)
+    except OpExecutionError as exc:
+        if exc.side.startswith("device") and not _reference_raises(target, call):
+            return ExampleResult(problem=str(exc), seconds=time.perf_counter() - started)
+        raise CaseSpecError(f"the drawn inputs do not fit the op: {exc}: fix the case's shapes, dtypes or "
+                            f"values") from None
+    if run.error:
+        return ExampleResult(notes=run.notes, problem=run.error, seconds=time.perf_counter() - started)
+    name = target.op.api_name
+    outputs = [
+        OutputVerdict(out.name, judge(out.actual, out.golden, op=name, accumulation=out.accumulation,
+                                      standard=target.standard if out.actual.is_floating_point() else None,
+                                      rules=target.rules, notes=run.notes))
+        for out in run.outputs
+    ]
+    outputs += [
+        OutputVerdict(out.name, judge(out.actual, out.golden, op=f"{name}.0.backward",
+                                      accumulation=out.accumulation, rules=target.rules, notes=run.notes))
+        for out in run.grads
+    ]
+    return ExampleResult(tuple(outputs), run.notes, seconds=time.perf_counter() - started)

@@ -1,0 +1,182 @@
+"""Check one op case in one dtype: search it with Hypothesis, or run its fixed inputs once.
+
+A search runs each example through run_example, tells Hypothesis the worst metric-to-limit ratio
+with ``target()`` so that it steers towards the largest error, and on a failure lets Hypothesis
+shrink the inputs; the last failing example it ran is the shrunk one, and it is kept (and written
+as a regression case by the caller). Profiles fix how much searching a run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings as hypothesis_settings, target
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
+
+from ..rules import Rules
+from .draw import CaseInputError, call_strategy, fixed_call
+from .run import CaseSpecError, ExampleResult, Target, prepare, run_example
+from .schema import SchemaError
+from .spec import Call, OpCase, op_label
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How hard to search: chosen with --npu-precision-profile."""
+
+    name: str
+    max_examples: int  # per case and dtype, unless the case sets max_examples
+    scale: int  # multiplies a case's own max_examples
+    derandomize: bool  # the same examples on every run, from the case id
+    database: bool  # remember failing examples in <rootdir>/.hypothesis/npu-precision and replay them first
+    description: str
+
+
+PROFILES = {
+    "ci": Profile("ci", 25, 1, True, False, "deterministic, no example database, bounded examples"),
+    "dev": Profile("dev", 50, 2, False, True, "random examples, failures replayed from a local database"),
+    "thorough": Profile("thorough", 1000, 20, False, True, "many random examples, local database"),
+}
+
+
+@dataclass(frozen=True)
+class OpCaseSettings:
+    device: torch.device
+    rules: Rules = field(default_factory=Rules.default)
+    profile: Profile = PROFILES["ci"]
+    regressions: Path | None = None  # where failing examples are written; None: nowhere
+    root: Path = field(default_factory=Path.cwd)  # paths in messages and in regression files are relative to it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What checking one case in one dtype came to."""
+
+    case: OpCase
+    dtype: torch.dtype
+    examples: int  # examples run, shrinking included
+    seconds: float
+    op_name: str  # the op as the verdicts name it
+    reference_label: str  # what the golden computes: "torch.nn.functional.gelu in float64"
+    call: Call | None = None  # the failing example (shrunk), when one failed
+    result: ExampleResult | None = None
+    problem: str | None = None  # the case cannot run as written: a usage error, not a precision failure
+    notes: tuple[str, ...] = ()
+    regression: Path | None = None  # the regression case written for the failing example
+
+    @property
+    def passed(self) -> bool:
+        return self.problem is None and (self.result is None or not self.result.failed)
+
+
+class _ExampleFailed(Exception):
+    """Raised inside the Hypothesis test so that it shrinks; carries nothing the caller needs."""
+
+
+@contextlib.contextmanager
+def _single_threaded() -> Iterator[None]:
+    # Op cases use small tensors: CPU thread start-up and hand-off cost more than the work (10-50x).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def examples_for(case: OpCase, profile: Profile) -> int:
+    return case.max_examples * profile.scale if case.max_examples else profile.max_examples
+
+
+def hypothesis_settings_for(case: OpCase, profile: Profile, root: Path) -> hypothesis_settings:
+    database = DirectoryBasedExampleDatabase(root / ".hypothesis" / "npu-precision") if profile.database else None
+    return hypothesis_settings(
+        max_examples=examples_for(case, profile), derandomize=profile.derandomize, database=database,
+        deadline=None, report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet,
+        # explain traces every line of a failing example (slow); the regression file is the reproduction.
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+        suppress_health_check=(HealthCheck.too_slow,),
+    )
+
+
+def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Outcome:
+    """Check one case in one dtype; usage problems come back in ``problem``, never raised."""
+    started = time.perf_counter()
+    try:
+        target_ = prepare(case, settings.rules)
+    except SchemaError as exc:
+        return Outcome(case, dtype, 0, time.perf_counter() - started, op_label_of(case), "",
+                       problem=f"{case.source}, case {case.id!r}, {exc}")
+
+    def outcome(examples: int, **found) -> Outcome:
+        if "problem" in found:
+            found["problem"] = f"{case.source}, case {case.id!r}: {found['problem']}"
+        return Outcome(case, dtype, examples, time.perf_counter() - started, target_.op.api_name,
+                       target_.reference_label, **found)
+
+    with _single_threaded():
+        if case.fixed:
+            try:
+                call = fixed_call(case, dtype)
+                return outcome(1, call=call, result=run_example(case, target_, call, settings.device))
+            except (CaseInputError, CaseSpecError) as exc:
+                return outcome(1, problem=str(exc))
+        return _search(case, dtype, target_, settings, outcome)
+
+
+def op_label_of(case: OpCase) -> str:
+    return op_label(case.op) or "?"
+
+
+def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseSettings, outcome) -> Outcome:
+    last: list[tuple[Call, ExampleResult | None, str | None]] = []
+    count = [0]
+
+    def check(example: Call) -> None:
+        count[0] += 1
+        try:
+            result = run_example(case, target_, example, settings.device)
+        except CaseSpecError as exc:
+            last.append((example, None, str(exc)))
+            raise
+        target(result.severity, label="worst metric / limit")
+        if result.failed:
+            last.append((example, result, None))
+            raise _ExampleFailed
+
+    # Tells the cases' otherwise identical test functions apart, for derandomized seeds and the database
+    # (the attribute Hypothesis's own pytest plugin sets for parametrized tests).
+    check._hypothesis_internal_add_digest = f"{case.source}::{case.item_name(dtype)}".encode()  # type: ignore
+    test = given(call_strategy(case, dtype))(hypothesis_settings_for(case, settings.profile, settings.root)(check))
+    notes: tuple[str, ...] = ()
+    try:
+        test()
+    except (_ExampleFailed, CaseSpecError):
+        pass
+    except Flaky:
+        notes = ("the failing example did not fail again when replayed: the op is not deterministic",)
+    except (CaseInputError, Unsatisfiable, FailedHealthCheck) as exc:
+        return outcome(count[0], problem=f"Hypothesis cannot draw its inputs ({type(exc).__name__}: "
+                                         f"{_first_line(exc)}): make its shapes smaller or its ranges wider")
+    except HypothesisException as exc:
+        return outcome(count[0], problem=f"{type(exc).__name__}: {_first_line(exc)}")
+    if not last:
+        return outcome(count[0])
+    call, result, spec_problem = last[-1]
+    if spec_problem is not None:
+        return outcome(count[0], call=call, problem=spec_problem)
+    return outcome(count[0], call=call, result=result, notes=notes)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["PROFILES", "OpCaseSettings", "Outcome", "Profile", "check_case"]

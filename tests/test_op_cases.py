@@ -1,0 +1,255 @@
+"""Op cases: custom ops by name, the core that searches and judges a case, profiles, the failure
+message, regression files, and Python cases written with ``precision_case``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_npuprecision import register_op, unregister_op
+from pytest_npuprecision.opcases import registry
+from pytest_npuprecision.opcases.message import render_outcome
+from pytest_npuprecision.opcases.plugin import check_and_keep
+from pytest_npuprecision.opcases.schema import load_case_file
+from pytest_npuprecision.opcases.search import PROFILES, OpCaseSettings, check_case, hypothesis_settings_for
+from pytest_npuprecision.opcases.spec import OpCase, TensorSpec
+from pytest_npuprecision.ops import resolve
+from pytest_npuprecision.runner import run_call
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    resolve.cache_clear()
+    yield
+    resolve.cache_clear()
+
+
+def plus_one(x):
+    return x + 1
+
+
+def identity(x):
+    return x * 1
+
+
+# ---------------------------------------------------------------- custom ops
+
+
+def test_a_registered_op_is_named_from_dumps_as_custom_or_under_any_prefix():
+    register_op("my_fused_gelu", F.gelu, reference=F.gelu, like="gelu")
+    for name in ("Custom.my_fused_gelu", "my_fused_gelu", "NPU.my_fused_gelu", "Functional.my_fused_gelu"):
+        op = resolve(name)
+        assert (op.api_name, op.func, op.reference, op.base_name) == (name, F.gelu, F.gelu, "gelu")
+
+
+def test_a_torch_op_keeps_its_name_and_an_unregistered_custom_name_says_how_to_register():
+    register_op("gelu", plus_one)
+    assert resolve("Functional.gelu").func is F.gelu
+    assert resolve("gelu").func is plus_one  # a registered name, written as registered
+    assert resolve("Custom.nothing").unsupported == (
+        "unsupported: Custom.nothing: no custom op 'nothing' is registered: call register_op('nothing', fn) in "
+        "a conftest.py or a package's pytest_npuprecision.ops entry point")
+
+
+def test_dumps_judge_a_custom_op_against_its_reference():
+    register_op("shifted", plus_one, reference=identity)
+    run = run_call(resolve("Custom.shifted"), (torch.tensor([1.0, 2.0]),), device=CPU)
+    assert run.outputs[0].actual.tolist() == [2.0, 3.0] and run.outputs[0].golden.tolist() == [1.0, 2.0]
+    own = run_call(resolve("Custom.shifted"), (torch.tensor([1.0]),), device=CPU, reference=plus_one)
+    assert own.outputs[0].golden.tolist() == [2.0]
+
+
+def test_registering_again_replaces_the_same_function_and_refuses_another():
+    register_op("op", plus_one)
+    register_op("op", plus_one, standard="ulp")
+    assert registry.registered_op("Custom.op").standard == "ulp"
+    with pytest.raises(ValueError) as raised:
+        register_op("op", identity)
+    assert str(raised.value) == ("op 'op' is already registered to test_op_cases.plus_one: pick another name or "
+                                 "unregister_op('op') first")
+    unregister_op("op")
+    register_op("op", identity)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="my op", fn=plus_one), "op name 'my op' is not a dotted identifier: use a name such as 'my_rms_norm'"),
+    (dict(name="op", fn=3), "fn for op 'op' is a int, not a callable: pass the function"),
+    (dict(name="op", fn=plus_one, standard="ulps"),
+     "standard 'ulps' for op 'op' is unknown: use one of binary, absolute, ulp, thousandth, error_bound, benchmark"),
+    (dict(name="op", fn=plus_one, like="rms norm"),
+     "like='rms norm' for op 'op' is not an op name: use a built-in name such as 'rms_norm'"),
+])
+def test_register_op_names_the_bad_argument(kwargs, message):
+    with pytest.raises((ValueError, TypeError)) as raised:
+        register_op(kwargs.pop("name"), kwargs.pop("fn"), **kwargs)
+    assert str(raised.value) == message
+
+
+class _EntryPoint:
+    def __init__(self, name, value, load):
+        self.name, self.value, self.load = name, value, load
+
+
+def test_entry_points_register_ops_and_a_broken_one_is_reported(monkeypatch):
+    def broken():
+        raise ImportError("no module named fused_kernels")
+
+    points = [_EntryPoint("good", "pkg.ops:register", lambda: lambda: register_op("pkg_op", plus_one)),
+              _EntryPoint("bad", "fused_kernels:register", broken)]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: points)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_entry_point_errors", [])
+    assert resolve("Custom.pkg_op").func is plus_one
+    assert registry.entry_point_errors() == (
+        "entry point bad = fused_kernels:register of group pytest_npuprecision.ops failed to load "
+        "(ImportError: no module named fused_kernels)",)
+
+
+# ---------------------------------------------------------------- the core, without pytest
+
+
+def settings(tmp_path, **kwargs) -> OpCaseSettings:
+    return OpCaseSettings(device=CPU, regressions=tmp_path / "regressions", root=tmp_path, **kwargs)
+
+
+def test_a_fair_op_passes_its_search(tmp_path):
+    case = OpCase("exp", "Torch.exp", (torch.float16,), "cases.yaml",
+                  inputs=(TensorSpec(rank=(1, 2), sides=(1, 8), range=(-4, 4)),), backward=True)
+    outcome = check_case(case, torch.float16, settings(tmp_path))
+    assert outcome.passed and outcome.examples == PROFILES["ci"].max_examples
+
+
+def test_a_failing_example_is_kept_and_reruns_alone(tmp_path):
+    register_op("plus_one", plus_one, reference=identity)
+    case = OpCase("shifted", "plus_one", (torch.float32,), "cases.yaml",
+                  inputs=(TensorSpec(shape=((1, 3),), range=(0, 4)),))
+    outcome = check_and_keep(case, torch.float32, settings(tmp_path))
+    assert not outcome.passed and outcome.call.args[0].tolist() == [0.0]  # shrunk to one zero
+    [kept] = load_case_file(outcome.regression, tmp_path)
+    assert kept.fixed and kept.found_by == "cases.yaml::shifted[float32]"
+    again = check_case(kept, torch.float32, settings(tmp_path))
+    assert not again.passed and again.examples == 1 and torch.equal(again.call.args[0], outcome.call.args[0])
+
+
+def test_the_failure_message(tmp_path):
+    register_op("plus_one", plus_one, reference=identity)
+    case = OpCase("shifted", "plus_one", (torch.float32,), "cases.yaml",
+                  inputs=(TensorSpec(shape=(2,), range=(1, 4)),), max_examples=5)
+    outcome = check_and_keep(case, torch.float32, settings(tmp_path))
+    message = render_outcome(outcome, settings(tmp_path), outcome.op_name, outcome.reference_label)
+    name = outcome.regression.name
+    assert message == textwrap.dedent(f"""\
+        Custom.plus_one [float32]: Hypothesis found a failing example in {outcome.examples} examples (profile ci), shrunk to:
+          input 0: float32 tensor (2,) = [1.0, 2.0]
+        output.0: Custom.plus_one [float32, 2]: error by the error_bound standard
+          max_bound_ratio = 6.49993e+06 > limit 8  [error]
+          mean_bound_ratio = 5.34712e+06 > limit 1  [error]
+          worst element [0]: actual 2, golden 1
+          compared: actual vs golden
+        device cpu vs golden: test_op_cases.identity in float64 on cpu
+        regression case written: regressions/{name} (rerun it alone: pytest regressions/{name})""")
+
+
+def test_profiles_set_the_search(tmp_path):
+    case = OpCase("c", "Torch.exp", (torch.float16,), "cases.yaml", max_examples=10)
+    ci, dev, thorough = (hypothesis_settings_for(case, PROFILES[p], tmp_path) for p in ("ci", "dev", "thorough"))
+    assert (ci.max_examples, ci.derandomize, ci.database, ci.deadline) == (10, True, None, None)
+    assert (dev.max_examples, dev.derandomize) == (20, False) and dev.database is not None
+    assert thorough.max_examples == 200
+    default = OpCase("c", "Torch.exp", (torch.float16,), "cases.yaml")
+    assert hypothesis_settings_for(default, PROFILES["thorough"], tmp_path).max_examples == 1000
+
+
+# ---------------------------------------------------------------- pytest: options and Python cases
+
+
+PYTHON_CASES = '''
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from pytest_npuprecision import call, precision_case, register_op
+from pytest_npuprecision.strategies import shapes, tensors
+
+
+def scaled_silu(x, scale):
+    return F.silu(x) * scale
+
+
+def sloppy_silu(x, scale):  # computes in the input dtype, then truncates to a multiple of 1/64
+    return torch.floor(F.silu(x) * scale * 64) / 64
+
+
+register_op("scaled_silu", scaled_silu, standard="ulp")
+
+
+@precision_case(scaled_silu, dtypes=["float16", "float32"], backward=True)
+def test_scaled_silu(draw, dtype):
+    x = draw(tensors(dtype, shapes(min_side=16, max_side=32, max_dims=2), min_value=-4, max_value=4))
+    return call(x, scale=draw(st.sampled_from([1.0, 2.0])))
+
+
+@precision_case(sloppy_silu, reference=scaled_silu, dtypes=["float32"])
+def test_sloppy_silu(draw, dtype):
+    return (draw(tensors(dtype, shapes(max_side=4), min_value=-4, max_value=4)), 2.0)
+'''
+
+
+def test_python_cases_search_judge_and_keep_regressions(pytester, monkeypatch):
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_silu=PYTHON_CASES)
+    monkeypatch.syspath_prepend(pytester.path)  # the regression names test_silu.sloppy_silu by import path
+    result = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", "cpu", "-q")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*OpCaseFailure: test_silu.sloppy_silu [[]float32[]]: Hypothesis found a failing example in * examples "
+        "(profile ci), shrunk to:",
+        "*  input 0: float32 tensor (1,) = [[]1.0[]]",
+        "*  input 1: 2.0",
+        "*output.0: test_silu.sloppy_silu [[]float32, 1[]]: error by the error_bound standard",
+        "*",
+        "*device cpu vs golden: scaled_silu in float64 on cpu",
+        "*regression case written: op_cases/regressions/test_sloppy_silu-float32-*.yaml *",
+    ])
+    [regression] = (pytester.path / "op_cases" / "regressions").glob("*.yaml")
+    assert "found_by: test_silu.py::test_sloppy_silu[float32]" in regression.read_text()
+    pytester.runpytest("-p", "no:cacheprovider", str(regression)).assert_outcomes(failed=1)
+
+
+def test_the_header_names_the_profile_and_none_writes_no_regressions(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".yaml", **{"op_cases/tiny": """
+cases:
+  - op: Torch.neg
+    dtypes: [float16]
+    inputs: [{shape: [3]}]
+  - id: add_judged_as_sub
+    op: Torch.add
+    reference: torch.sub
+    dtypes: [float16]
+    inputs: [{shape: [3], range: [1, 2]}, {shape: [3], range: [1, 2]}]
+"""})
+    result = pytester.runpytest("op_cases", "-p", "no:cacheprovider", "--npu-precision-device", "cpu",
+                                "--npu-precision-profile", "dev", "--npu-precision-regressions", "none")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["npu-precision op cases: profile dev (random examples, failures replayed from a "
+                                 "local database), device cpu vs golden cpu float64, failing examples written to nowhere"])
+    assert not (pytester.path / "op_cases" / "regressions").exists()
+    assert (pytester.path / ".hypothesis" / "npu-precision").is_dir()
+
+
+def test_a_yaml_file_outside_op_cases_is_collected_when_its_name_matches(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".yaml", op_cases_extra="cases:\n  - {op: Torch.neg, dtypes: [float32], inputs: [{shape: [2]}]}",
+                      unrelated="key: value")
+    result = pytester.runpytest(".", "-p", "no:cacheprovider", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["op_cases_extra.yaml::neg[[]float32[]]", "1 test collected*"])
+    custom = pytester.runpytest(".", "-p", "no:cacheprovider", "--collect-only", "-q", "--npu-precision-cases", "un*.yaml")
+    custom.stdout.fnmatch_lines(["unrelated.yaml::unrelated.yaml", "1 test collected*"])
