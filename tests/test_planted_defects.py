@@ -25,8 +25,10 @@ BLIND_SPOTS = {
     ("conv2d", "noise_64_ulp"): (torch.float32,),
     # A float32 reduction over thousands of terms fairly errs by tens of ulp.
     **{(op, "noise_64_ulp"): (torch.float32,) for op in LARGE_K_REDUCTIONS | SCALAR_LOSSES},
-    # One scalar cannot show a bias against a reduction of 64 000 terms.
+    # One scalar cannot show a bias against a reduction of 64 000 terms, and 1000 ulp of it is
+    # within four times the sqrt(K) bound of a fair float32 accumulation.
     **{(op, "bias_32_eps"): (torch.float32,) for op in SCALAR_LOSSES},
+    ("cross_entropy", "off_by_1000_ulp"): (torch.float32,),
 }
 
 
@@ -35,8 +37,8 @@ def _large_k(spec: OpSpec) -> bool:
 
 
 def _blind(spec: OpSpec, defect: str, dtype: torch.dtype) -> bool:
-    if defect == "noise_64_ulp" and dtype == torch.float32 and _large_k(spec):
-        return True
+    if defect in ("noise_64_ulp", "bias_32_eps") and dtype == torch.float32 and _large_k(spec):
+        return True  # a float32 sum of 8192 products fairly errs by about 90 ulp
     return dtype in BLIND_SPOTS.get((spec.name, defect), ())
 
 
