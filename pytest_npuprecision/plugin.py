@@ -39,7 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     opcases.add_options(group)
 
 
-def _device(value: str) -> torch.device:
+def device_option(value: str) -> torch.device:
+    """--npu-precision-device as a torch.device; a bad value is a usage error."""
     if value == "auto":
         return default_device()
     try:
@@ -71,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
             rules = rules.merged(config.getoption("npu_precision_rules"))
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-    config.stash[_SETTINGS] = Settings(device=_device(config.getoption("npu_precision_device")), rules=rules)
+    config.stash[_SETTINGS] = Settings(device=device_option(config.getoption("npu_precision_device")), rules=rules)
     config._npu_precision_roots = [Path(d).resolve() for d in dumps]  # type: ignore[attr-defined]
     if not config.option.file_or_dir:
         # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The paths stay

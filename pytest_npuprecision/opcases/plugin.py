@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from ..rules import Rules
-from ..runner import default_device
 from .message import render_outcome
 from .regression import write_regression
 from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
@@ -47,13 +46,9 @@ def configure(config: pytest.Config) -> None:
 
 
 def _device(value: str) -> torch.device:
-    if value == "auto":
-        return default_device()
-    try:
-        return torch.device(value)
-    except RuntimeError:
-        raise pytest.UsageError(
-            f"--npu-precision-device {value!r} is not a device: use auto, cpu, cuda[:N] or npu[:N]") from None
+    from ..plugin import device_option  # the one parser of --npu-precision-device; imported late (cycle)
+
+    return device_option(value)
 
 
 def settings_for(config: pytest.Config) -> OpCaseSettings:
