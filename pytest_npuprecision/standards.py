@@ -161,12 +161,9 @@ class ErrorBound(Standard):
         # size is the mean ratio strays by about mean/sqrt(n); 4 sigma, because a search over
         # many inputs (Hypothesis) meets 3-sigma events, and rounding errors in a row correlate.
         chance = 4 * m.mean_bound_ratio / math.sqrt(m.finite) if m.finite else math.inf
-        # The mean of a few ratios is little more than their maximum: below 64 elements its limit
-        # rises towards the maximum's.
-        few = limits["max_bound_ratio"].error / math.sqrt(m.finite) if m.finite else math.inf
         return [
             _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"]),
-            _check("mean_bound_ratio", m.mean_bound_ratio, _at_least(limits["mean_bound_ratio"], few)),
+            _check("mean_bound_ratio", m.mean_bound_ratio, limits["mean_bound_ratio"]),
             _check("bound_bias", abs(m.bound_bias), _at_least(limits["bound_bias"], chance)),
             _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
                    _at_least(limits["magnitude_bound_bias"], chance)),
