@@ -56,10 +56,6 @@ class CaseResult:
     seconds: float  # the whole case: inputs, both runs, metrics
     op_seconds: float  # the op itself on device and golden
 
-    @property
-    def failures(self) -> tuple[OutputVerdict, ...]:
-        return tuple(o for o in self.outputs if o.verdict.status is Status.ERROR)
-
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
