@@ -1,7 +1,7 @@
 """Run one dump case end to end and keep what happened as a plain record.
 
-dump case -> concrete inputs -> device and golden runs -> one verdict per compared tensor. This
-module knows nothing of pytest; the plugin turns a CaseResult into a pass, skip or failure.
+dump case -> concrete inputs -> device, golden and baseline runs -> one verdict per compared tensor.
+This module knows nothing of pytest; the plugin turns a CaseResult into a pass, skip or failure.
 """
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 
 from .arguments import DescriptorError, DumpDataError, materialize
+from .backends import Backend, load_backend
+from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
 from .error_profile import ErrorProfile, error_profile
+from .fingerprint import InputFingerprint, fingerprint
 from .judge import judge
+from .metrics import Metrics
 from .ops import resolve
 from .rules import Rules
 from .runner import OpExecutionError, RunOutput, run_call
@@ -34,10 +37,32 @@ class CaseInputError(Exception):
     """The dump itself is unusable for this case: the message names the file and the API."""
 
 
+class BaselineMismatch(CaseInputError):
+    """The recorded baseline was made from other inputs or outputs than this run's: no fair comparison."""
+
+
 @dataclass(frozen=True)
 class Settings:
-    device: torch.device
+    device: Backend  # a torch.device or device string is turned into its backend
     rules: Rules = field(default_factory=Rules.default)
+    golden: Backend = field(default_factory=lambda: Backend("cpu"))  # computes in float64
+    baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, Backend):
+            object.__setattr__(self, "device", load_backend(self.device))
+
+    @property
+    def golden_label(self) -> str:
+        return f"{self.golden.name} float64"
+
+    @property
+    def baseline_label(self) -> str:
+        if self.baseline is None:
+            return "none"
+        if isinstance(self.baseline, RecordedBaseline):
+            return self.baseline.label
+        return f"{self.baseline.name} same dtype"
 
 
 @dataclass(frozen=True)
@@ -53,8 +78,10 @@ class CaseResult:
     status: Status
     outputs: tuple[OutputVerdict, ...]
     notes: tuple[str, ...]
-    seconds: float  # the whole case: inputs, both runs, metrics
-    op_seconds: float  # the op itself on device and golden
+    seconds: float  # the whole case: inputs, every run, metrics
+    op_seconds: float  # the op itself on device, golden and live baseline
+    fingerprint: InputFingerprint | None = None
+    baseline: str = "none"  # "none", "live", "recorded", or "missing" from the recorded file
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -66,15 +93,20 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     if op.unsupported:
         raise CaseSkipped("unsupported-op", op.unsupported)
     try:
-        inputs = materialize(case, data_dir).with_device(settings.device)
+        materialized = materialize(case, data_dir)
     except (DumpDataError, DescriptorError) as exc:
         raise CaseInputError(str(exc)) from None
     backward = case.direction == "backward"
-    if backward and not inputs.requires_grad:
+    if backward and not materialized.requires_grad:
         raise CaseSkipped("no-differentiable-input", f"{case.key}: no input of the forward call requires grad")
+    # Before the dumped devices are replaced: the fingerprint must not depend on this machine.
+    prints = fingerprint(materialized)
+    recorded = _recorded(case, prints, settings.baseline)
+    inputs = materialized.with_device(settings.device.device)
+    live = settings.baseline if isinstance(settings.baseline, Backend) else None
     try:
-        run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, backward=backward,
-                       grad_outputs=inputs.grad_outputs if backward else None,
+        run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
+                       baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
                        requires_grad=inputs.requires_grad, seed=case.seed)
     except OpExecutionError as exc:
         raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
@@ -83,14 +115,48 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     compared = run.grads if backward else run.outputs
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
-    outputs = tuple(_judged(out, case, settings, run.notes) for out in compared)
+    outputs = tuple(_judged(out, case, settings, run.notes, _recorded_metrics(case, out, recorded, settings))
+                    for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
+    state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
     return CaseResult(case, status, outputs, run.notes, time.perf_counter() - started,
-                      run.device_seconds + run.golden_seconds)
+                      run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state)
 
 
-def _judged(out: RunOutput, case: DumpCase, settings: Settings, notes: tuple[str, ...]) -> OutputVerdict:
-    verdict = judge(out.actual, out.golden, op=case.key, accumulation=out.accumulation, rules=settings.rules,
-                    notes=notes)
+def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCase | None:
+    """This case's entry in a recorded baseline; None when there is no file or the file lacks the case."""
+    if not isinstance(baseline, RecordedBaseline):
+        return None
+    entry = baseline.cases.get(case.case_id)
+    if entry is None:
+        return None
+    difference = prints.difference(entry.fingerprint)
+    if difference:
+        raise BaselineMismatch(
+            f"{case.key} ({case.source}): the baseline {baseline.path} was recorded from other inputs: "
+            f"{difference}. Compare runs of the same dump, with the same torch version (synthetic inputs "
+            f"come from torch's generators), or record the baseline again")
+    return entry
+
+
+def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None,
+                      settings: Settings) -> Metrics | None:
+    if entry is None:
+        return None
+    recorded = entry.outputs.get(out.name)
+    dtype = str(out.actual.dtype).removeprefix("torch.")
+    if recorded is None or recorded.dtype != dtype or tuple(recorded.shape) != tuple(out.actual.shape):
+        was = "absent" if recorded is None else f"{recorded.dtype}{list(recorded.shape)}"
+        raise BaselineMismatch(
+            f"{case.key} ({case.source}): {out.name} is {dtype}{list(out.actual.shape)} here but {was} in the "
+            f"baseline {settings.baseline.path}: the recording ran another op or another dtype; record it again")
+    return recorded.metrics
+
+
+def _judged(out: RunOutput, case: DumpCase, settings: Settings, notes: tuple[str, ...],
+            recorded: Metrics | None) -> OutputVerdict:
+    baseline = out.baseline if out.baseline is not None else recorded
+    verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation,
+                    rules=settings.rules, notes=notes)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

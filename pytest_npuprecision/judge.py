@@ -30,7 +30,7 @@ def judge(
 
     actual: the device's output. golden: the same output computed in higher precision (float64).
     baseline: optionally the same op in the same dtype on a trusted device, for the benchmark
-    standard. op: the op's name ("Functional.gelu", "matmul") to pick its standard and limits.
+    standard: its output tensor, or its ``Metrics`` against the golden as recorded on another machine. op: the op's name ("Functional.gelu", "matmul") to pick its standard and limits.
     dtype: the dtype whose standards apply (default: actual's). standard: force one standard.
     accumulation: the reduction length and term norms for the error-bound standard.
     """
@@ -41,13 +41,17 @@ def judge(
     if actual.dtype != target:
         actual = actual.to(target)
     _check_shape(golden, actual, "golden")
-    if baseline is not None:
+    recorded = baseline if isinstance(baseline, Metrics) else None
+    if recorded is not None:
+        _check_recorded(recorded, actual)
+        baseline = None
+    elif baseline is not None:
         baseline = _tensor(baseline, "baseline")
         _check_shape(baseline, actual, "baseline")
         baseline = baseline.to(target)
     if standard is not None and standard not in STANDARD_NAMES:
         raise ValueError(f"standard {standard!r} is unknown: use one of {', '.join(STANDARD_NAMES)}")
-    if standard == "benchmark" and baseline is None:
+    if standard == "benchmark" and baseline is None and recorded is None:
         raise ValueError("standard 'benchmark' needs a baseline: pass baseline=<same op on a trusted device>")
     if target.is_complex:
         raise ValueError(f"dtype {target} is complex: judge the real and imaginary parts separately")
@@ -59,8 +63,8 @@ def judge(
         accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
     params = rules.params(target)
     metrics = compute_metrics(actual, golden, params, accumulation)
-    base_metrics = compute_metrics(baseline, golden, params, accumulation) if baseline is not None else None
-    chosen = select(Subject(name, target, rule, baseline is not None), standard)
+    base_metrics = compute_metrics(baseline, golden, params, accumulation) if baseline is not None else recorded
+    chosen = select(Subject(name, target, rule, base_metrics is not None), standard)
     limits = rules.limits_for(chosen.name, target, rule)
     checks = []
     if target.is_floating_point:
@@ -106,6 +110,13 @@ def _check_shape(other: torch.Tensor, actual: torch.Tensor, what: str) -> None:
             f"{what} shape {tuple(other.shape)} does not match actual shape {tuple(actual.shape)}: "
             f"pass the {what} of the same output"
         )
+
+
+def _check_recorded(recorded: Metrics, actual: torch.Tensor) -> None:
+    dtype = str(actual.dtype).removeprefix("torch.")
+    if recorded.shape != tuple(actual.shape) or recorded.dtype != dtype:
+        raise ValueError(f"the recorded baseline is {recorded.dtype}{list(recorded.shape)} but the output is "
+                         f"{dtype}{list(actual.shape)}: record the baseline from the same op and inputs")
 
 
 def _element(flat_index: int, actual, golden, baseline) -> Element | None:

@@ -98,6 +98,24 @@ class Metrics:
         out["worst"] = {f.name: getattr(self.worst, f.name) for f in fields(self.worst)}
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Metrics":
+        """The inverse of ``as_dict``; raise ValueError naming the first missing or mistyped field."""
+        values = {}
+        for f in fields(cls):
+            if f.name not in data:
+                raise ValueError(f"metrics lack {f.name!r}")
+            values[f.name] = data[f.name]
+        try:
+            values["shape"] = tuple(int(n) for n in values["shape"])
+            values["worst"] = WorstIndices(**values["worst"])
+            for f in fields(cls):
+                if f.name not in ("dtype", "shape", "worst"):
+                    values[f.name] = (int if f.type == "int" else float)(values[f.name])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"metrics are malformed: {exc}") from None
+        return cls(**values)
+
 
 def compute_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type in ("cpu", "cuda") else torch.float32

@@ -10,15 +10,15 @@ import shlex
 from pathlib import Path
 
 import pytest
-import torch
 
 from . import gating
+from .backends import Backend, BackendError, load_backend
+from .baseline import BaselineFileError, RecordedBaseline
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
 from .dump import DumpCase, DumpFile, load_dump
 from .opcases import plugin as opcases
 from .report import Collector, case_record, junit_properties
 from .rules import Rules
-from .runner import default_device
 from .verdict import Status, render_message
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -30,7 +30,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--npu-precision", action="append", default=[], metavar="DUMP",
                     help="a dump.json, rank, step or dump root folder: each API call becomes a test")
     group.addoption("--npu-precision-device", default="auto", metavar="DEVICE",
-                    help="device under test: auto (npu, else cuda, else cpu), cpu, cuda[:N] or npu[:N]")
+                    help="device under test: auto (npu, else cuda, else cpu), cpu, cuda[:N], npu[:N], "
+                         "module:object (a Backend) or an installed backend's name")
+    group.addoption("--npu-precision-golden", default="cpu", metavar="DEVICE",
+                    help="where the float64 golden runs: cpu (default) or cuda[:N]")
+    group.addoption("--npu-precision-baseline", default="none", metavar="DEVICE|FILE",
+                    help="baseline for the benchmark standard: none (default), a device running the same "
+                         "dtype (cpu, cuda[:N], module:object), or a file written by --npu-precision-record")
+    group.addoption("--npu-precision-record", default=None, metavar="FILE",
+                    help="write each case's input fingerprint and metrics against the golden to FILE, "
+                         "for --npu-precision-baseline FILE on another machine")
+    group.addoption("--npu-precision-allow-tf32", action="store_true", default=False,
+                    help="let a cuda golden or baseline use TF32 (off by default: it is less precise)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
     group.addoption("--npu-precision-rules", default=None, metavar="FILE",
@@ -39,16 +50,53 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     opcases.add_options(group)
 
 
-def device_option(value: str) -> torch.device:
-    """--npu-precision-device as a torch.device; a bad value is a usage error."""
-    if value == "auto":
-        return default_device()
+def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
+    """The backend an option names; a bad value is a usage error that names the option."""
+    value = config.getoption(option)
     try:
-        return torch.device(value)
-    except RuntimeError:
-        raise pytest.UsageError(
-            f"--npu-precision-device {value!r} is not a device: use auto, cpu, cuda[:N] or npu[:N]"
-        ) from None
+        return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"))
+    except BackendError as exc:
+        raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
+
+
+def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
+    value = config.getoption("npu_precision_baseline")
+    if value == "none":
+        return None
+    if Path(value).is_file():
+        try:
+            return RecordedBaseline.load(value)
+        except BaselineFileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    if value.endswith(".json"):
+        raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
+                                f"--npu-precision-record, a device, or none")
+    return backend_option(config, "npu_precision_baseline", "baseline")
+
+
+def settings_for(config: pytest.Config) -> Settings:
+    """The device, golden, baseline and rules of this run, made once from the options."""
+    if _SETTINGS not in config.stash:
+        rules = Rules.default()
+        if config.getoption("npu_precision_rules"):
+            try:
+                rules = rules.merged(config.getoption("npu_precision_rules"))
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        golden = config.getoption("npu_precision_golden")
+        if golden != "cpu" and not golden.startswith("cuda"):
+            raise pytest.UsageError(f"--npu-precision-golden {golden!r} cannot compute in float64 here: use cpu "
+                                    f"or cuda[:N]")
+        config.stash[_SETTINGS] = Settings(
+            device=backend_option(config, "npu_precision_device", "device"), rules=rules,
+            golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config))
+    return config.stash[_SETTINGS]
+
+
+def run_header(settings: Settings) -> str:
+    """The one line that says what this run compared: device, golden, baseline and seeds."""
+    return (f"npu-precision: device {settings.device.info().describe()}, golden {settings.golden_label}, "
+            f"baseline {settings.baseline_label}, seed crc32(case id) per case")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,13 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for dump in dumps:
         if not Path(dump).exists():
             raise pytest.UsageError(f"--npu-precision {dump!r} does not exist: give a dump.json or a dump folder")
-    rules = Rules.default()
-    if config.getoption("npu_precision_rules"):
-        try:
-            rules = rules.merged(config.getoption("npu_precision_rules"))
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    config.stash[_SETTINGS] = Settings(device=device_option(config.getoption("npu_precision_device")), rules=rules)
+    settings_for(config)
     config._npu_precision_roots = [Path(d).resolve() for d in dumps]  # type: ignore[attr-defined]
     if not config.option.file_or_dir:
         # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The paths stay
@@ -103,9 +145,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 def pytest_report_header(config: pytest.Config) -> str | None:
     if _SETTINGS not in config.stash:
         return None
-    settings = config.stash[_SETTINGS]
-    return (f"npu-precision: device {settings.device}, golden cpu float64, baseline none, "
-            f"seed crc32(case id) per case")
+    return run_header(config.stash[_SETTINGS])
 
 
 class DumpJsonFile(pytest.File):
@@ -184,8 +224,9 @@ class DumpCaseItem(pytest.Item):
         # An absolute file path works from any directory, unlike a rootdir-relative node id.
         node = f"{self.path.resolve()}::{self.name}"
         rerun = f"pytest --npu-precision {shlex.quote(str(self.path.resolve()))} {shlex.quote(node)}"
-        device = self.config.stash[_SETTINGS].device
-        parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {device} vs golden cpu float64")
+        settings = self.config.stash[_SETTINGS]
+        parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
+                     f"{settings.golden_label}, baseline {settings.baseline_label}")
         parts.append(f"rerun: {rerun}")
         return "\n".join(parts)
 

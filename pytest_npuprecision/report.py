@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from .baseline import write_record
 from .cases import CaseResult, Settings
 from .dump import DumpCase
 from .gating import GATE, KnownFailureGate
@@ -39,12 +40,14 @@ def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None
     record = {
         "case_id": case.case_id, "key": case.key, "api": case.api, "direction": case.direction,
         "order": case.order, "location": location, "source": str(case.source), "seed": case.seed,
-        "device": str(settings.device), "golden": "cpu float64", "status": status, "reason": reason,
+        "device": settings.device.name, "golden": settings.golden_label, "baseline": settings.baseline_label,
+        "baseline_state": "", "fingerprint": None, "status": status, "reason": reason,
         "message": message, "seconds": None, "op_seconds": None, "outputs": [],
     }
     if result is not None:
         record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
-                      notes=list(result.notes),
+                      notes=list(result.notes), baseline_state=result.baseline,
+                      fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
                       outputs=[_output(o.name, o.verdict, o.profile) for o in result.outputs])
     return record
 
@@ -153,6 +156,7 @@ class Collector:
         self.records: list[dict] = []
         self.written: list[Path] = []
         self.strict_warnings: bool = config.getoption("npu_precision_strict_warnings")
+        self.recorded: int | None = None  # cases written to --npu-precision-record
 
     @property
     def gate(self) -> KnownFailureGate | None:
@@ -174,6 +178,9 @@ class Collector:
             folder.mkdir(parents=True, exist_ok=True)
             write_jsonl(records, folder / "cases.jsonl")
             self.written += [folder / "cases.jsonl", *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+        record_path = self.config.getoption("npu_precision_record")
+        if record_path is not None:
+            self._write_record(Path(record_path), records)
         html = self.config.getoption("npu_precision_html")
         if html is not None:
             write_html(records, Path(html), generated=time.strftime("%Y-%m-%d %H:%M:%S"), gating=self._gating())
@@ -181,6 +188,13 @@ class Collector:
         if gate is not None and gate.fails_run and session.exitstatus in (pytest.ExitCode.OK,
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_record(self, path: Path, records: list[dict]) -> None:
+        from .plugin import settings_for  # the run's backends, made once from the options (import cycle)
+
+        settings = settings_for(self.config)
+        self.recorded = write_record(path, settings.device.info().as_dict(), settings.golden_label, records)
+        self.written.append(path)
 
     def _gating(self) -> Gating:
         gate = self.gate
@@ -190,6 +204,8 @@ class Collector:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         lines = summary_lines(self.records, self.gate, self.written, self.strict_warnings)
+        if self.recorded is not None:
+            lines.append(f"baseline recorded: {self.recorded} judged cases with their input fingerprints")
         if lines:
             terminalreporter.write_sep("=", "npu-precision summary")
             for line in lines:
@@ -225,6 +241,11 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         warned = [r for r in records if r["status"] == "warning"]
         lines += [f"warning: {r['case_id']}: {worst_text(r, ('warning',))}" for r in warned[:_LISTED]]
         lines += _more(warned, "warnings")
+    missing = [r for r in records if r.get("baseline_state") == "missing"]
+    if missing:
+        lines.append(f"missing from the baseline {missing[0]['baseline']}: {len(missing)} cases, judged without "
+                     f"it: " + ", ".join(r["case_id"] for r in missing[:_LISTED]))
+        lines += _more(missing, "cases missing from the baseline")
     if gate is not None:
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]

@@ -1,14 +1,16 @@
-"""Run one API call on the device under test and on a CPU golden, forward and backward.
+"""Run one API call on the device under test, on a golden and optionally on a baseline, forward and backward.
 
-Both sides start from the caller's CPU tensors and never modify them. The device side keeps every
-dtype; the golden side computes on the CPU with floating inputs raised to ``golden_dtype`` (float64),
-falling back to float32 for ops that have no float64 kernel. Each float output also gets an
-``Accumulation`` (reduction length, and for ops linear in their inputs the norm of the summed terms),
-which the error-bound standard uses to scale its limit.
+Every side starts from the caller's CPU tensors and never modifies them, and reaches its device
+through a ``Backend``. The device side and the baseline keep every dtype; the golden side (CPU by
+default, or a GPU) computes with floating inputs raised to ``golden_dtype`` (float64), falling back
+to float32 for ops that have no float64 kernel. Each float output also gets an ``Accumulation``
+(reduction length, and for ops linear in their inputs the norm of the summed terms), which the
+error-bound standard uses to scale its limit.
 
-Every tensor in a ``RunResult`` is detached and on the CPU: ``actual`` in the dtype the device
-produced, ``golden`` in the golden dtype. Python numbers become 0-d tensors (float -> float64,
-int -> int64, bool -> bool) so that they are compared like tensors, with a tolerance where floating.
+Every tensor in a ``RunResult`` is detached and on the golden's device, where the metrics are then
+computed: ``actual`` and ``baseline`` in the dtype their device produced, ``golden`` in the golden
+dtype. Python numbers become 0-d tensors (float -> float64, int -> int64, bool -> bool) so that they
+are compared like tensors, with a tolerance where floating.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 import torch
 
 from .accumulation import ACCUMULATION_RULES, AccumulationRule
+from .backends import Backend, auto_backend, load_backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
 
@@ -34,6 +37,7 @@ class RunOutput:
     actual: torch.Tensor
     golden: torch.Tensor
     accumulation: Accumulation | None = None  # None for integer and bool outputs
+    baseline: torch.Tensor | None = None  # the same output from a live baseline, in the device's dtype
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class RunResult:
     grads: tuple[RunOutput, ...] = ()
     device_seconds: float = 0.0  # the op's forward and backward on the device, synchronized
     golden_seconds: float = 0.0  # the same for the golden; accumulation work is not counted
+    baseline_seconds: float = 0.0
     notes: tuple[str, ...] = ()
     error: str | None = None  # device and golden (or dump) disagree on the structure of the results
 
@@ -63,17 +68,7 @@ class OpExecutionError(RuntimeError):
 
 def default_device() -> torch.device:
     """npu when torch_npu imports and sees a device, else cuda when available, else cpu."""
-    try:
-        import torch_npu  # noqa: F401  (importing registers torch.npu)
-    except Exception:  # absent, or present without a working CANN install
-        pass
-    else:
-        npu = getattr(torch, "npu", None)
-        if npu is not None and npu.is_available() and npu.device_count() > 0:
-            return torch.device("npu", npu.current_device())
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return auto_backend().device
 
 
 # ---------------------------------------------------------------- one side of a run
@@ -82,9 +77,14 @@ def default_device() -> torch.device:
 @dataclass(frozen=True)
 class _Side:
     label: str  # "device (cuda:0)" or "golden (cpu, float64)"
-    device: torch.device
+    backend: Backend
     float_dtype: torch.dtype | None = None  # golden only: every floating input and dtype argument
-    autocast: torch.dtype | None = None  # device only
+    autocast: torch.dtype | None = None  # device and baseline only
+    seed: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
 
     def place(self, t: torch.Tensor) -> torch.Tensor:
         dtype = t.dtype
@@ -92,14 +92,19 @@ class _Side:
             dtype = self.float_dtype
         elif self.float_dtype is not None and t.is_complex():
             dtype = torch.complex128 if self.float_dtype == torch.float64 else torch.complex64
-        # copy=True: in-place ops and methods must never write into the caller's tensors.
-        return t.detach().to(device=self.device, dtype=dtype, copy=True)
+        source = t.detach().to(dtype)
+        placed = self.backend.to_device(source)
+        # In-place ops and methods must never write into the caller's tensors, whatever the backend does.
+        if placed.device == t.device and placed.data_ptr() == t.data_ptr() and t.numel():
+            placed = placed.clone()
+        return placed
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
         """Factory calls inside the op (arange, zeros) land on this side's device and float dtype."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.device)
+            stack.enter_context(self.backend.running(self.seed))
             if self.float_dtype in (torch.float32, torch.float64):
                 previous = torch.get_default_dtype()
                 torch.set_default_dtype(self.float_dtype)
@@ -108,14 +113,19 @@ class _Side:
                 stack.enter_context(torch.autocast(self.device.type, dtype=self.autocast))
             yield
 
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type != "cpu":
-        sync = getattr(getattr(torch, device.type, None), "synchronize", None)
-        if sync is not None:
-            sync()
+    def to_compared(self, value: Any, where: torch.device) -> torch.Tensor | None:
+        """An output as a detached tensor on ``where``; None for what is neither number nor tensor."""
+        if isinstance(value, torch.Tensor):
+            return self.backend.to_host(value.detach()).to(where)
+        if isinstance(value, bool):
+            return torch.tensor(value, device=where)
+        if isinstance(value, int):
+            return torch.tensor(value, dtype=torch.int64, device=where)
+        if isinstance(value, float):
+            return torch.tensor(value, dtype=torch.float64, device=where)
+        if isinstance(value, complex):
+            return torch.tensor(value, dtype=torch.complex128, device=where)
+        return None
 
 
 def _rebuild(value: Any, path: str, leaf: Callable[[str, torch.Tensor], torch.Tensor],
@@ -202,8 +212,8 @@ def _forward(op: ResolvedOp, args, kwargs, side: _Side, grad_paths: Collection[s
     try:
         with grad_mode, side.context():
             start = time.perf_counter()
-            result = op.func(*call_args, **call_kwargs)
-            _synchronize(side.device)
+            result = side.backend.call(op.api_name, op.func, call_args, call_kwargs)
+            side.backend.synchronize()
             seconds = time.perf_counter() - start
     except Exception as exc:
         raise OpExecutionError(op.api_name, side.label, "forward", exc) from exc
@@ -239,10 +249,11 @@ def _backward(op: ResolvedOp, run: _Forward, cotangents: Mapping[str, torch.Tens
     outputs = [t for t, _ in pairs]
     grads_in = [g.to(device=side.device, dtype=t.dtype) for t, g in pairs]
     try:
-        start = time.perf_counter()
-        grads = torch.autograd.grad(outputs, list(run.leaves.values()), grads_in, allow_unused=True)
-        _synchronize(side.device)
-        seconds = time.perf_counter() - start
+        with side.device, side.backend.running(side.seed):
+            start = time.perf_counter()
+            grads = side.backend.gradients(op.api_name, outputs, list(run.leaves.values()), grads_in)
+            side.backend.synchronize()
+            seconds = time.perf_counter() - start
     except Exception as exc:
         raise OpExecutionError(op.api_name, side.label, "backward", exc) from exc
     return dict(zip(run.leaves, grads)), seconds
@@ -390,30 +401,17 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
 # ---------------------------------------------------------------- pairing device and golden
 
 
-def _as_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, bool):
-        return torch.tensor(value)
-    if isinstance(value, int):
-        return torch.tensor(value, dtype=torch.int64)
-    if isinstance(value, float):
-        return torch.tensor(value, dtype=torch.float64)
-    if isinstance(value, complex):
-        return torch.tensor(value, dtype=torch.complex128)
-    return None
-
-
-def _pair(actual: Mapping[str, Any], golden: Mapping[str, Any], notes: list[str],
-          accumulation: Callable[[str, torch.Tensor], Accumulation | None],
+def _pair(device: _Side, actual: Mapping[str, Any], golden: _Side, expected: Mapping[str, Any],
+          notes: list[str], accumulation: Callable[[str, torch.Tensor], Accumulation | None],
           ) -> tuple[list[RunOutput], str | None]:
     paired, error = [], None
-    for name in list(actual) + [n for n in golden if n not in actual]:
-        if name not in golden or name not in actual:
-            where, missing = ("device", "golden") if name in actual else ("golden", "device")
-            error = error or f"{name} is produced on the {where} but not by the {missing}"
+    where = golden.device  # the metrics run where the golden already is
+    for name in list(actual) + [n for n in expected if n not in actual]:
+        if name not in expected or name not in actual:
+            side, missing = ("device", "golden") if name in actual else ("golden", "device")
+            error = error or f"{name} is produced on the {side} but not by the {missing}"
             continue
-        a, g = _as_tensor(actual[name]), _as_tensor(golden[name])
+        a, g = device.to_compared(actual[name], where), golden.to_compared(expected[name], where)
         if a is None or g is None:
             notes.append(f"{name} is a {type(actual[name]).__name__}, not a number or tensor; not compared")
         elif a.shape != g.shape:
@@ -422,6 +420,21 @@ def _pair(actual: Mapping[str, Any], golden: Mapping[str, Any], notes: list[str]
         else:
             paired.append(RunOutput(name, a, g, accumulation(name, a) if _is_float(a) else None))
     return paired, error
+
+
+def _with_baseline(outputs: list[RunOutput], side: _Side, values: Mapping[str, Any],
+                   notes: list[str]) -> list[RunOutput]:
+    """Attach the baseline's value of each output; an output it lacks or shapes differently is noted."""
+    joined = []
+    for out in outputs:
+        value = side.to_compared(values[out.name], out.actual.device) if out.name in values else None
+        if value is None or value.shape != out.actual.shape:
+            shape = "missing" if value is None else f"shape {tuple(value.shape)}"
+            notes.append(f"{out.name}: the baseline's result is {shape}; judged without a baseline")
+            joined.append(out)
+        else:
+            joined.append(replace(out, baseline=value))
+    return joined
 
 
 # ---------------------------------------------------------------- the public entry point
@@ -451,12 +464,15 @@ def _grad_paths(args, kwargs, backward: bool, requires_grad: Collection[int | st
     return paths
 
 
-def _golden_run(op, args, kwargs, dtype, grad_paths, cotangents) -> tuple[_Forward, dict, float, list[str]]:
+def _run_side(op, args, kwargs, side: _Side, grad_paths, cotangents) -> tuple[_Forward, dict, float, list[str]]:
     notes: list[str] = []
-    side = _Side(f"golden (cpu, {str(dtype).removeprefix('torch.')})", torch.device("cpu"), float_dtype=dtype)
     forward = _forward(op, args, kwargs, side, grad_paths, notes)
     grads, seconds = _backward(op, forward, cotangents, side) if grad_paths else ({}, 0.0)
     return forward, grads, forward.seconds + seconds, notes
+
+
+def _golden_side(golden: Backend, dtype: torch.dtype, seed: int) -> _Side:
+    return _Side(f"golden ({golden.name}, {str(dtype).removeprefix('torch.')})", golden, float_dtype=dtype, seed=seed)
 
 
 def _mentions_double(exc: BaseException) -> bool:
@@ -466,48 +482,64 @@ def _mentions_double(exc: BaseException) -> bool:
 
 
 def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, *,
-             device: torch.device, backward: bool = False,
-             grad_outputs: Sequence[torch.Tensor | None] | None = None,
+             device: Backend | torch.device | str, golden: Backend | None = None, baseline: Backend | None = None,
+             backward: bool = False, grad_outputs: Sequence[torch.Tensor | None] | None = None,
              requires_grad: Collection[int | str] = (), seed: int = 0,
              golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None,
              reference: Callable[..., Any] | None = None) -> RunResult:
-    """Run ``op`` on ``device`` and on the CPU golden; raise OpExecutionError when the op raises.
+    """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
 
-    requires_grad: inputs to differentiate besides tensors whose ``requires_grad`` is already True:
-    positions (3), keyword names ('weight') or paths ("input_args[0][1]", "input_kwargs['weight']"). seed: draws the output gradients when
-    ``grad_outputs`` is None. autocast: run the device side under autocast to this dtype (AMP dumps).
-    reference: what the golden side calls, with the same arguments, instead of the op itself (default:
-    ``op.reference``, a registered custom op's reference, else the op).
+    Raise OpExecutionError when the op raises on the device or the golden; a baseline that raises
+    is noted and the case is judged without it. requires_grad: inputs to differentiate besides
+    tensors whose ``requires_grad`` is already True: positions (3), keyword names ('weight') or paths
+    ("input_args[0][1]", "input_kwargs['weight']"). seed: seeds each side's random ops and draws the
+    output gradients when ``grad_outputs`` is None. autocast: run the device side (and the baseline)
+    under autocast to this dtype (AMP dumps). reference: what the golden side calls, with the same
+    arguments, instead of the op itself (default: ``op.reference``, a registered custom op's
+    reference, else the op).
     """
     if op.func is None:
         raise ValueError(f"{op.api_name} cannot run ({op.unsupported}): skip the case instead of calling run_call")
     kwargs = dict(kwargs or {})
-    device = torch.device(device)
+    device_backend = load_backend(device)
+    golden_backend = golden if golden is not None else Backend("cpu")
     notes: list[str] = []
     grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
     reference = reference if reference is not None else op.reference
     golden_op = op if reference is None else replace(op, func=reference)
 
-    device_side = _Side(f"device ({device})", device, autocast=autocast)
+    device_side = _Side(f"device ({device_backend.name})", device_backend, autocast=autocast, seed=seed)
     dev = _forward(op, args, kwargs, device_side, grad_paths, notes)
     cotangents, error = _cotangents(dev.outputs, grad_outputs, seed, notes) if grad_paths else ({}, None)
     dev_grads, dev_backward_seconds = _backward(op, dev, cotangents, device_side) if not error else ({}, 0.0)
     if grad_paths and not cotangents and not error:
         notes.append(f"no output of {op.api_name} requires grad; backward skipped")
 
+    golden_side = _golden_side(golden_backend, golden_dtype, seed)
     try:
-        gold, gold_grads, golden_seconds, golden_notes = _golden_run(golden_op, args, kwargs, golden_dtype,
-                                                                     grad_paths, cotangents)
+        gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
+                                                                   grad_paths, cotangents)
     except OpExecutionError as exc:
         if golden_dtype != torch.float64 or not _mentions_double(exc):
             raise
-        golden_dtype = torch.float32
-        gold, gold_grads, golden_seconds, golden_notes = _golden_run(golden_op, args, kwargs, golden_dtype,
-                                                                     grad_paths, cotangents)
+        golden_side = _golden_side(golden_backend, torch.float32, seed)
+        gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
+                                                                   grad_paths, cotangents)
         notes.append(f"golden computed in float32: no float64 kernel for {op.api_name} "
                      f"({type(exc.__cause__).__name__}: {exc.__cause__})")
     notes.extend(golden_notes)
-    golden_side = _Side("golden", torch.device("cpu"), float_dtype=golden_dtype)
+
+    base_side = base = None
+    base_grads: dict = {}
+    baseline_seconds = 0.0
+    if baseline is not None:
+        base_side = _Side(f"baseline ({baseline.name})", baseline, autocast=autocast, seed=seed)
+        try:
+            base, base_grads, baseline_seconds, base_notes = _run_side(op, args, kwargs, base_side, grad_paths,
+                                                                       cotangents)
+            notes.extend(base_notes)
+        except OpExecutionError as exc:
+            notes.append(f"{exc}; judged without a baseline")
 
     forward_acc: list[Accumulation] = []  # computed on first use: integer-only results never need it
 
@@ -516,7 +548,10 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
             forward_acc.append(_forward_accumulation(golden_op, args, kwargs, golden_side, notes))
         return forward_acc[0]
 
-    outputs, forward_error = _pair(dict(dev.outputs), dict(gold.outputs), notes, accumulation)
+    outputs, forward_error = _pair(device_side, dict(dev.outputs), golden_side, dict(gold.outputs), notes,
+                                   accumulation)
+    if base is not None:
+        outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
 
     grads: list[RunOutput] = []
     if dev_grads or gold_grads:
@@ -525,11 +560,16 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
                 notes.append(f"grad.{path} is None: {path} does not reach a differentiated output; omitted")
         out_numel = sum(t.numel() for n, t in dev.outputs if n in cotangents)
         accs = _grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
-        grads, grad_error = _pair({f"grad.{p}": g for p, g in dev_grads.items() if g is not None},
-                                  {f"grad.{p}": g for p, g in gold_grads.items() if g is not None},
+        grads, grad_error = _pair(device_side, _named_grads(dev_grads), golden_side, _named_grads(gold_grads),
                                   notes, lambda n, t: accs.get(n))
+        if base is not None:
+            grads = _with_baseline(grads, base_side, _named_grads(base_grads), notes)
         error = error or grad_error
     return RunResult(
-        op=op.api_name, device=device, golden_dtype=golden_dtype, outputs=tuple(outputs), grads=tuple(grads),
-        device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
-        notes=tuple(dict.fromkeys(notes)), error=forward_error or error)
+        op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
+        grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
+        baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error)
+
+
+def _named_grads(grads: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    return {f"grad.{p}": g for p, g in grads.items() if g is not None}

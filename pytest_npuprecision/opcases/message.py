@@ -79,7 +79,7 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
         lines += [f"{out.name}: {render_message(out.verdict)}" for out in result.failures]
     lines += [f"note: {note}" for note in outcome.notes]
     seed = f", output gradients from seed {case_seed(case)}" if case.backward else ""
-    lines.append(f"device {settings.device} vs golden: {reference_label} on cpu{seed}")
+    lines.append(f"device {settings.device.name} vs golden: {reference_label} on {settings.golden.name}{seed}")
     if outcome.regression is not None:
         where = _relative(outcome.regression, settings.root)
         lines.append(f"regression case written: {where} (rerun it alone: pytest {where})")

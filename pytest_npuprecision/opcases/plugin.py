@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 import torch
 
-from ..rules import Rules
 from .message import render_outcome
 from .regression import write_regression
 from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
@@ -39,27 +38,15 @@ def add_options(group) -> None:
 
 def configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_op_case: an op case (YAML or precision_case), searched by Hypothesis")
-    device = config.getoption("npu_precision_device", "auto")
-    if device != "auto":
-        _device(device)  # a bad device is a usage error now, not a failure in every case
     config.pluginmanager.register(_Reporter(), "npu-precision-opcases")
-
-
-def _device(value: str) -> torch.device:
-    from ..plugin import device_option  # the one parser of --npu-precision-device; imported late (cycle)
-
-    return device_option(value)
 
 
 def settings_for(config: pytest.Config) -> OpCaseSettings:
     """The op case settings of this run, made once from the options."""
     if _SETTINGS not in config.stash:
-        rules = Rules.default()
-        if config.getoption("npu_precision_rules", None):
-            try:
-                rules = rules.merged(config.getoption("npu_precision_rules"))
-            except ValueError as exc:
-                raise pytest.UsageError(str(exc)) from None
+        from ..plugin import settings_for as run_settings  # the one reading of the device options (cycle)
+
+        run = run_settings(config)
         folder = config.getoption("npu_precision_regressions")
         if folder is None:  # op_cases/regressions of the rootdir (the rootdir may be op_cases/ itself)
             root = config.rootpath if config.rootpath.name == "op_cases" else config.rootpath / "op_cases"
@@ -69,7 +56,7 @@ def settings_for(config: pytest.Config) -> OpCaseSettings:
         else:
             regressions = config.invocation_params.dir / folder
         config.stash[_SETTINGS] = OpCaseSettings(
-            device=_device(config.getoption("npu_precision_device", "auto")), rules=rules,
+            device=run.device, golden=run.golden, rules=run.rules,
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
             root=config.rootpath)
     return config.stash[_SETTINGS]
@@ -181,7 +168,7 @@ class _Reporter:
         profile = settings.profile
         where = settings.regressions if settings.regressions is not None else "nowhere"
         return (f"npu-precision op cases: profile {profile.name} ({profile.description}), device "
-                f"{settings.device} vs golden cpu float64, failing examples written to {where}")
+                f"{settings.device.name} vs golden {settings.golden.name} float64, failing examples written to {where}")
 
 
 # ---------------------------------------------------------------- Python cases

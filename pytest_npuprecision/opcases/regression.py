@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import yaml
 
+from ..fingerprint import update_with_tensor
 from .run import case_seed
 from .spec import Call, OpCase, dtype_name, op_label
 
@@ -31,9 +32,7 @@ def _digest(case: OpCase, dtype: torch.dtype, call: Call) -> str:
     digest = hashlib.sha1(f"{op_label(case.op)}|{dtype}|{case.backward}".encode())
     for value in (*call.args, *sorted(call.kwargs.items())):
         if isinstance(value, torch.Tensor):
-            t = value.detach().cpu().contiguous()
-            digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            update_with_tensor(digest, value)
         else:
             digest.update(repr(value).encode())
     return digest.hexdigest()[:8]

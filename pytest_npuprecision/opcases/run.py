@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..backends import Backend
 from ..cases import OutputVerdict
 from ..judge import judge
 from ..ops import ResolvedOp, resolve
@@ -187,12 +188,13 @@ def _reference_raises(target: Target, call: Call) -> bool:
     return False
 
 
-def run_example(case: OpCase, target: Target, call: Call, device: torch.device) -> ExampleResult:
+def run_example(case: OpCase, target: Target, call: Call, device: Backend | torch.device,
+                golden: Backend | None = None) -> ExampleResult:
     """Run and judge one example; raise CaseSpecError when the inputs do not fit the op at all."""
     started = time.perf_counter()
     requires = call.requires_grad if call.requires_grad is not None else _differentiable(call)
     try:
-        run = run_call(target.op, call.args, call.kwargs, device=device, backward=case.backward,
+        run = run_call(target.op, call.args, call.kwargs, device=device, golden=golden, backward=case.backward,
                        requires_grad=requires if case.backward else (), seed=case_seed(case),
                        reference=target.reference)
     except OpExecutionError as exc:

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings as hypothe
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
+from ..backends import Backend, load_backend
 from ..rules import Rules
 from .draw import CaseInputError, call_strategy, fixed_call
 from .run import CaseSpecError, ExampleResult, Target, prepare, run_example
@@ -47,11 +48,16 @@ PROFILES = {
 
 @dataclass(frozen=True)
 class OpCaseSettings:
-    device: torch.device
+    device: Backend  # a torch.device or device string is turned into its backend
     rules: Rules = field(default_factory=Rules.default)
     profile: Profile = PROFILES["ci"]
     regressions: Path | None = None  # where failing examples are written; None: nowhere
     root: Path = field(default_factory=Path.cwd)  # paths in messages and in regression files are relative to it
+    golden: Backend = field(default_factory=lambda: Backend("cpu"))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, Backend):
+            object.__setattr__(self, "device", load_backend(self.device))
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
         if case.fixed:
             try:
                 call = fixed_call(case, dtype)
-                return outcome(1, call=call, result=run_example(case, target_, call, settings.device))
+                return outcome(1, call=call, result=run_example(case, target_, call, settings.device, settings.golden))
             except (CaseInputError, CaseSpecError) as exc:
                 return outcome(1, problem=str(exc))
         return _search(case, dtype, target_, settings, outcome)
@@ -141,7 +147,7 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
     def check(example: Call) -> None:
         count[0] += 1
         try:
-            result = run_example(case, target_, example, settings.device)
+            result = run_example(case, target_, example, settings.device, settings.golden)
         except CaseSpecError as exc:
             last.append((example, None, str(exc)))
             raise

@@ -1,0 +1,113 @@
+"""Backends: the device under test, the golden and the baseline, each chosen by one string.
+
+    auto            npu when torch_npu sees one, else cuda when available, else cpu (device under test only)
+    cpu, cuda[:N], npu[:N], or any other torch device type (xpu:0, mps)
+    module:object   a user's backend: a Backend instance, or a class or function that makes one
+    NAME            a backend installed under the ``pytest_npuprecision.backends`` entry-point group
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from typing import Literal
+
+import torch
+
+from .base import Backend, BackendError, BackendInfo
+from .cuda import CudaBackend
+from .npu import NpuBackend
+
+ENTRY_POINT_GROUP = "pytest_npuprecision.backends"
+Role = Literal["device", "golden", "baseline"]
+
+__all__ = ["Backend", "BackendError", "BackendInfo", "CudaBackend", "NpuBackend", "ENTRY_POINT_GROUP",
+           "load_backend", "auto_backend"]
+
+
+def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, allow_tf32: bool = False) -> Backend:
+    """The backend a device string names; raise BackendError with the fix when it names none.
+
+    allow_tf32: let a cuda golden or baseline use TF32 (they run with it off otherwise).
+    """
+    if isinstance(spec, Backend):
+        return spec
+    text = str(spec).strip()
+    if text == "auto":
+        if role != "device":
+            raise BackendError(f"the {role} cannot be auto: name it (cpu or cuda)")
+        return auto_backend()
+    device_type = _device_type(text)
+    if device_type is not None:
+        if device_type == "cuda":
+            return CudaBackend(text, tf32=None if role == "device" else allow_tf32)
+        if device_type == "npu":
+            return NpuBackend(text)
+        return Backend(text)
+    if ":" in text:
+        return _from_object(text, text)
+    return _from_entry_point(text)
+
+
+def auto_backend() -> Backend:
+    """npu when torch_npu imports and sees a device, else cuda when available, else cpu."""
+    try:
+        return NpuBackend()
+    except BackendError:
+        pass
+    if torch.cuda.is_available():
+        return CudaBackend()
+    return Backend("cpu")
+
+
+def _device_type(text: str) -> str | None:
+    """'cuda' for cuda and cuda:1, 'npu' for npu:0; None when the text is no device string."""
+    head, colon, index = text.partition(":")
+    if colon and not index.isdigit():
+        return None
+    if head == "npu":  # torch knows the npu type only after torch_npu renamed its private backend
+        return head
+    try:
+        return torch.device(text).type
+    except RuntimeError:
+        return None
+
+
+def _from_object(spec: str, shown: str) -> Backend:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:
+        raise BackendError(f"backend {shown!r} does not load ({type(exc).__name__}: {exc}): give module:object "
+                           f"with the module importable from here") from None
+    return _as_backend(target, shown)
+
+
+def _as_backend(target: object, shown: str) -> Backend:
+    if isinstance(target, type) or (callable(target) and not isinstance(target, Backend)):
+        try:
+            target = target()
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"backend {shown!r} failed to start ({type(exc).__name__}: {exc})") from None
+    if not isinstance(target, Backend):
+        raise BackendError(f"backend {shown!r} is a {type(target).__name__}, not a Backend: subclass "
+                           f"pytest_npuprecision.Backend (see the README's backend protocol)")
+    return target
+
+
+def _from_entry_point(name: str) -> Backend:
+    installed = {e.name: e for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if name not in installed:
+        known = ", ".join(sorted(installed)) or "none installed"
+        raise BackendError(f"{name!r} is not a device or backend: use auto, cpu, cuda[:N], npu[:N], module:object, "
+                           f"or an installed backend ({known})")
+    try:
+        target = installed[name].load()
+    except Exception as exc:
+        raise BackendError(f"backend {name!r} ({installed[name].value}) does not load "
+                           f"({type(exc).__name__}: {exc})") from None
+    return _as_backend(target, name)

@@ -1,0 +1,62 @@
+"""NVIDIA GPUs through torch.cuda: as the device under test, as a float64 golden, or as a baseline.
+
+A golden or baseline runs with TF32 off (unless asked): TF32 rounds float32 matmul and conv inputs
+to 10 mantissa bits, which would make a trusted reference less precise than the device it judges.
+The device under test keeps the process's own TF32 settings, since those are what training runs with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import torch
+
+from .base import Backend, BackendError, BackendInfo, deterministic
+
+
+class CudaBackend(Backend):
+    def __init__(self, device: torch.device | str = "cuda", *, tf32: bool | None = None):
+        """tf32: True or False pins TF32 for matmul and cuDNN during each call; None keeps torch's setting."""
+        device = torch.device(device)
+        if not torch.cuda.is_available():
+            build = f"torch {torch.__version__} has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise BackendError(f"{device} is not available ({build}): use cpu, or run on a machine with an NVIDIA GPU")
+        index = torch.cuda.current_device() if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise BackendError(f"{device} does not exist: this machine has {torch.cuda.device_count()} GPU(s), "
+                               f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        # cuBLAS reads this when it makes its first handle; deterministic GEMMs need it.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        super().__init__(torch.device("cuda", index))
+        self.tf32 = tf32
+
+    def info(self) -> BackendInfo:
+        versions = [("torch", torch.__version__), ("cuda", str(torch.version.cuda))]
+        if torch.backends.cudnn.is_available():
+            versions.append(("cudnn", str(torch.backends.cudnn.version())))
+        tf32 = self.tf32 if self.tf32 is not None else torch.backends.cuda.matmul.allow_tf32
+        return BackendInfo(self.name, torch.cuda.get_device_name(self.device), tuple(versions),
+                           (("tf32", "on" if tf32 else "off"), ("deterministic", "on")))
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def running(self, seed: int) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.cuda.device(self.device))
+            stack.enter_context(deterministic())
+            stack.enter_context(torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled,
+                                                           benchmark=False, deterministic=True,
+                                                           allow_tf32=self._cudnn_tf32()))
+            if self.tf32 is not None:
+                previous = torch.backends.cuda.matmul.allow_tf32
+                torch.backends.cuda.matmul.allow_tf32 = self.tf32
+                stack.callback(setattr, torch.backends.cuda.matmul, "allow_tf32", previous)
+            torch.manual_seed(seed)  # seeds every GPU too
+            yield
+
+    def _cudnn_tf32(self) -> bool:
+        return torch.backends.cudnn.allow_tf32 if self.tf32 is None else self.tf32
