@@ -1,5 +1,6 @@
 """pytest-npuprecision: single-operator precision verification for PyTorch devices."""
 
+from .backends import Backend, BackendError, BackendInfo
 from .judge import assert_precise, judge
 from .metrics import Accumulation, Metrics
 from .opcases import call, register_op, unregister_op
@@ -7,7 +8,7 @@ from .rules import Rules
 from .verdict import Check, Element, Status, Verdict, render_message
 
 __all__ = [
-    "Accumulation", "Check", "Element", "Metrics", "Rules", "Status", "Verdict",
+    "Accumulation", "Backend", "BackendError", "BackendInfo", "Check", "Element", "Metrics", "Rules", "Status", "Verdict",
     "assert_precise", "call", "judge", "precision_case", "register_op", "render_message", "unregister_op",
 ]
 __version__ = "0.1.0"

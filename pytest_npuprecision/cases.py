@@ -115,7 +115,10 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     compared = run.grads if backward else run.outputs
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
-    outputs = tuple(_judged(out, case, settings, run.notes, _recorded_metrics(case, out, recorded, settings))
+    rules = settings.rules
+    if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
+        rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
+    outputs = tuple(_judged(out, case, rules, run.notes, _recorded_metrics(case, out, recorded, settings))
                     for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
@@ -153,10 +156,10 @@ def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None
     return recorded.metrics
 
 
-def _judged(out: RunOutput, case: DumpCase, settings: Settings, notes: tuple[str, ...],
+def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...],
             recorded: Metrics | None) -> OutputVerdict:
     baseline = out.baseline if out.baseline is not None else recorded
     verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation,
-                    rules=settings.rules, notes=notes)
+                    rules=rules, notes=notes)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

@@ -43,10 +43,12 @@ def render(records: list[dict], *, generated: str, gating: Gating) -> str:
     failing = [r for r in records if is_failing(r, strict)]
     devices = ", ".join(sorted({r["device"] for r in records})) or "none"
     goldens = ", ".join(sorted({r["golden"] for r in records})) or "none"
+    baselines = ", ".join(sorted({r.get("baseline", "none") for r in records})) or "none"
     parts = [
         _HEAD,
         "<header><h1>npu-precision report</h1>",
-        f"<p>{len(records)} cases · device {escape(devices)} against golden {escape(goldens)} · "
+        f"<p>{len(records)} cases · device {escape(devices)} against golden {escape(goldens)}, "
+        f"baseline {escape(baselines)} · "
         f"generated {escape(generated)}</p></header>",
         '<section id="summary"><h2>Summary</h2>', _tiles(records), _breakdowns(records), "</section>",
         _first_failing(records, strict),

@@ -45,6 +45,7 @@ class ResolvedOp:
     unsupported: str | None = None
     reference: Callable[..., Any] | None = None  # a registered custom op's golden (default: func itself)
     like: str | None = None  # a registered custom op's built-in twin, whose table rows apply
+    standard: str | None = None  # a registered custom op's forward standard
 
     @property
     def prefix(self) -> str:
@@ -142,7 +143,8 @@ def _registered(api_name: str, name: str) -> ResolvedOp | None:
     custom = registered_op(name)
     if custom is None:
         return None
-    return ResolvedOp(api_name=api_name, func=custom.fn, reference=custom.reference, like=custom.like)
+    return ResolvedOp(api_name=api_name, func=custom.fn, reference=custom.reference, like=custom.like,
+                      standard=custom.standard)
 
 
 @lru_cache(maxsize=None)

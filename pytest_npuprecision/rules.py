@@ -164,6 +164,18 @@ class Rules:
                                        roundings=roundings, limits=limits).items() if v is not None}
         return self.merged({"ops": {name: entry}})
 
+    def with_twin(self, name: str, twin: str | None, *, standard: str | None = None,
+                  limits: Mapping[str, Mapping[str, Any]] | None = None, roundings: int | None = None) -> "Rules":
+        """These rules with op ``name`` judged by the table row of built-in ``twin`` (a custom op's
+        ``like``), then by the given standard, limits and roundings."""
+        row = self.op_rule(parse_op_name(twin or name))
+        merged = {kind: dict(metrics) for kind, metrics in row.limits.items()}
+        for kind, metrics in (limits or {}).items():
+            merged.setdefault(kind, {}).update(metrics)
+        entry = {"standard": standard or row.standard, "backward": row.backward, "level": row.level,
+                 "limits": merged, "roundings": row.roundings if roundings is None else roundings}
+        return self.merged({"ops": {name: {k: v for k, v in entry.items() if v is not None}}})
+
     # Lookups -------------------------------------------------------------------------------
     def params(self, dtype: torch.dtype) -> MetricParams:
         name = str(dtype).removeprefix("torch.")

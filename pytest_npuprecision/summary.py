@@ -32,14 +32,18 @@ def failing_checks(output: dict, strict_warnings: bool = False) -> list[dict]:
 def excess(value: float, limit: float, upper: bool = True) -> float:
     """How far a metric lies past its limit, growing as it gets worse; 1 is at the limit.
 
-    A maximum: value / limit, or the value itself where the limit is 0 (counts that must be 0).
-    A minimum that is a share of good elements (thousandth_ratio): the share of bad elements over
-    the share allowed, (1 - value) / (1 - limit). A NaN metric is infinitely far.
+    A maximum: value / limit; where the limit is 0 (counts that must be 0), one more than the
+    value, so that any count lies past 1 and a larger count further. A minimum that is a share of
+    good elements (thousandth_ratio): the share of bad elements over the share allowed,
+    (1 - value) / (1 - limit). A NaN metric is infinitely far. The known-failures margin, the
+    summary's ordering and Hypothesis' search target all read this one measure.
     """
     if math.isnan(value):
         return math.inf
     if upper:
-        return value / limit if limit > 0 else value
+        if limit > 0:
+            return value / limit
+        return 1.0 + value if value > 0 else 0.0
     if 0 <= limit < 1:
         return (1 - value) / (1 - limit)
     return limit / value if value > 0 else math.inf

@@ -13,7 +13,8 @@ from pytest_npuprecision.summary import excess
 
 @pytest.mark.parametrize("value, limit, upper, expected", [
     (40.0, 8.0, True, 5.0),  # a maximum: value / limit
-    (3, 0, True, 3),  # a count that must be 0: the count itself
+    (3, 0, True, 4),  # a count that must be 0: one more than the count, so that any count is past 1
+    (0, 0, True, 0),
     (0.99, 0.999, False, 10.0),  # a minimum share: 1 % bad where 0.1 % is allowed
     (math.nan, 1.0, True, math.inf),  # a metric that broke down is infinitely far
 ])

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import register_op, unregister_op
+from pytest_npuprecision.backends import Backend
+from pytest_npuprecision.cases import Settings, run_case
 from pytest_npuprecision.opcases import registry
 from pytest_npuprecision.opcases.message import render_outcome
 from pytest_npuprecision.opcases.plugin import check_and_keep
@@ -64,6 +66,21 @@ def test_dumps_judge_a_custom_op_against_its_reference():
     assert run.outputs[0].actual.tolist() == [2.0, 3.0] and run.outputs[0].golden.tolist() == [1.0, 2.0]
     own = run_call(resolve("Custom.shifted"), (torch.tensor([1.0]),), device=CPU, reference=plus_one)
     assert own.outputs[0].golden.tolist() == [2.0]
+
+
+def test_a_dump_judges_a_custom_op_by_its_registered_standard_or_its_twins_row(tmp_path):
+    from test_dump import gelu_entry, write_dump
+
+    register_op("my_exp", torch.exp, standard="ulp")
+    register_op("my_gelu", F.gelu, like="gelu")
+    dump = write_dump(tmp_path, {"Custom.my_exp.0.forward": gelu_entry(), "Custom.my_gelu.0.forward": gelu_entry(),
+                                 "Custom.plain.0.forward": gelu_entry()})
+    register_op("plain", torch.exp)
+    standards = {case.api: run_case(case, dump.data_dir, Settings(device=CPU)).outputs[0].verdict.standard
+                 for case in dump.cases}
+    assert standards == {"Custom.my_exp.0": "ulp", "Custom.my_gelu.0": "error_bound", "Custom.plain.0": "error_bound"}
+    with_baseline = Settings(device=CPU, baseline=Backend("cpu"))
+    assert run_case(dump.cases[0], dump.data_dir, with_baseline).outputs[0].verdict.standard == "benchmark"
 
 
 def test_registering_again_replaces_the_same_function_and_refuses_another():

@@ -8,7 +8,6 @@ judging (judge.judge); this module only resolves what the case names and ranks h
 from __future__ import annotations
 
 import importlib
-import math
 import time
 import zlib
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from ..backends import Backend
 from ..cases import OutputVerdict
 from ..judge import judge
 from ..ops import ResolvedOp, resolve
-from ..rules import Rules, parse_op_name
+from ..rules import Rules
+from ..summary import excess
 from ..runner import OpExecutionError, run_call
 from ..verdict import Check, Status, Verdict
 from .registry import CustomOp, entry_point_errors, registered_op
@@ -74,11 +74,7 @@ _CEILING = 1e9  # target() needs a finite number
 
 
 def check_severity(check: Check) -> float:
-    if check.upper:
-        ratio = check.value / check.limit if check.limit > 0 else (1.0 + check.value if check.value > 0 else 0.0)
-    else:  # a minimum share, such as thousandth_ratio >= 0.999
-        ratio = (1.0 - check.value) / max(1.0 - check.limit, 1e-12)
-    return _CEILING if math.isnan(ratio) else min(max(ratio, 0.0), _CEILING)
+    return min(max(excess(check.value, check.limit, check.upper), 0.0), _CEILING)
 
 
 def verdict_severity(verdict: Verdict) -> float:
@@ -152,13 +148,7 @@ def _case_rules(rules: Rules, op: ResolvedOp, case: OpCase) -> Rules:
     op's own name, plus the case's own limits and roundings."""
     if not op.like and not case.limits and case.roundings is None:
         return rules
-    row = rules.op_rule(parse_op_name(op.like or op.api_name))
-    limits = {standard: dict(metrics) for standard, metrics in row.limits.items()}
-    for standard, metrics in case.limits.items():
-        limits.setdefault(standard, {}).update(metrics)
-    entry = {"standard": row.standard, "backward": row.backward, "level": row.level, "limits": limits,
-             "roundings": row.roundings if case.roundings is None else case.roundings}
-    return rules.merged({"ops": {op.api_name: {k: v for k, v in entry.items() if v is not None}}})
+    return rules.with_twin(op.api_name, op.like, limits=case.limits, roundings=case.roundings)
 
 
 # ---------------------------------------------------------------- one example
