@@ -22,6 +22,18 @@ from .known_failures import KnownFailure, Update
 from .summary import is_failing
 
 GATE = pytest.StashKey["KnownFailureGate"]()
+
+
+class KnownFailureRegression(AssertionError):
+    """A listed known failure whose checks got worse than accepted: not the failure the file accepts."""
+
+
+def case_id_of(item: pytest.Item) -> str | None:
+    """The id known failures use: a dump case's own id, an op case's node id; None for other tests."""
+    case_id = getattr(getattr(item, "case", None), "case_id", None)
+    if case_id is None and item.get_closest_marker("npu_op_case") is not None:
+        return item.nodeid
+    return case_id
 _COLLECTED = pytest.StashKey[set]()
 _WORKER_KEY = "npu_precision_case_ids"
 
@@ -58,7 +70,10 @@ def collected_case_ids(config: pytest.Config) -> set[str]:
     return config.stash.setdefault(_COLLECTED, set())
 
 
-def configure(config: pytest.Config, expected: Mapping[str, type[BaseException]]) -> None:
+Expected = Mapping[str, "type[BaseException] | tuple[type[BaseException], ...]"]
+
+
+def configure(config: pytest.Config, expected: Expected) -> None:
     """Check the gating options and register the known-failures gate when a file is given."""
     path = config.getoption("npu_precision_known_failures")
     update = config.getoption("npu_precision_update_known_failures")
@@ -78,8 +93,7 @@ def configure(config: pytest.Config, expected: Mapping[str, type[BaseException]]
 
 
 class KnownFailureGate:
-    def __init__(self, config: pytest.Config, path: Path, entries: dict[str, KnownFailure],
-                 expected: Mapping[str, type[BaseException]]):
+    def __init__(self, config: pytest.Config, path: Path, entries: dict[str, KnownFailure], expected: Expected):
         self.config = config
         self.path = path
         self.entries = entries
@@ -100,7 +114,7 @@ class KnownFailureGate:
     @pytest.hookimpl(tryfirst=True)  # before -k, -m and --deselect drop items
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            case_id = getattr(getattr(item, "case", None), "case_id", None)
+            case_id = case_id_of(item)
             if case_id is None:
                 continue
             collected_case_ids(self.config).add(case_id)

@@ -17,12 +17,12 @@ from .baseline import BaselineFileError, RecordedBaseline
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
 from .dump import DumpCase, DumpFile, load_dump
 from .opcases import plugin as opcases
-from .report import Collector, case_record, junit_properties
+from .gating import KnownFailureRegression
+from .report import RECORD, Collector, case_record, junit_properties
 from .rules import Rules
 from .verdict import Status, render_message
 
 _SETTINGS = pytest.StashKey[Settings]()
-_RESULT = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -104,8 +104,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_forward: a forward API call from a dump")
     config.addinivalue_line("markers", "npu_backward: a backward API call from a dump")
     opcases.configure(config)
-    gating.configure(config, expected={"error": PrecisionFailure, "warning": PrecisionFailure,
-                                       "input-error": CaseInputError})
+    failure = (PrecisionFailure, opcases.OpCaseFailure)
+    gating.configure(config, expected={"error": failure, "warning": failure,
+                                       "input-error": (CaseInputError, opcases.OpCaseUsageError)})
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Collector(config), "npu-precision-collector")
     dumps = config.getoption("npu_precision")
@@ -181,10 +182,6 @@ class PrecisionFailure(AssertionError):
     """A case whose device output is not precise enough."""
 
 
-class KnownFailureRegression(AssertionError):
-    """A listed known failure whose checks got worse than accepted: not the failure the file accepts."""
-
-
 class DumpCaseItem(pytest.Item):
     def __init__(self, *, case: DumpCase, dump: DumpFile, **kwargs):
         super().__init__(**kwargs)
@@ -195,16 +192,17 @@ class DumpCaseItem(pytest.Item):
 
     def runtest(self) -> None:
         settings = self.config.stash[_SETTINGS]
+        self.stash[RECORD] = case_record(self.case, settings, status="harness-error")
         try:
             result = run_case(self.case, self.dump.data_dir, settings)
         except CaseSkipped as skipped:
-            self.stash[_RESULT] = case_record(self.case, settings, status="skip", message=str(skipped),
+            self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
                                               reason=skipped.reason)
             pytest.skip(f"[{skipped.reason}] {skipped}")
         except CaseInputError as bad:
-            self.stash[_RESULT] = case_record(self.case, settings, status="input-error", message=str(bad))
+            self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad))
             raise
-        self.stash[_RESULT] = record = case_record(self.case, settings, result=result)
+        self.stash[RECORD] = record = case_record(self.case, settings, result=result)
         strict = self.config.getoption("npu_precision_strict_warnings")
         failing = [o for o in result.outputs
                    if o.verdict.status is Status.ERROR or (strict and o.verdict.status is Status.WARNING)]
@@ -242,22 +240,21 @@ class DumpCaseItem(pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
-    if call.when == "call" and isinstance(item, DumpCaseItem):
-        record = item.stash.get(_RESULT, None)
+    record = item.stash.get(RECORD, None) if call.when == "call" else None
+    if record is not None:  # a dump case or an op case
         if call.excinfo is not None and not isinstance(call.excinfo.value, _CASE_OUTCOMES):
-            record = case_record(item.case, item.config.stash[_SETTINGS], status="harness-error",
-                                 message=f"{call.excinfo.typename}: {call.excinfo.value}")
-        if record is not None:
-            gate = item.config.stash.get(gating.GATE, None)
-            if gate is not None:
-                gate.annotate(record, report)
-            # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
-            report.npu_precision = json.dumps(record)
-            # JUnit XML takes these from the teardown report, which copies the item's properties.
-            item.user_properties.extend(junit_properties(record))
+            record = {**record, "status": "harness-error", "outputs": [],
+                      "message": f"{call.excinfo.typename}: {call.excinfo.value}"}
+        gate = item.config.stash.get(gating.GATE, None)
+        if gate is not None:
+            gate.annotate(record, report)
+        # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
+        report.npu_precision = json.dumps(record)
+        # JUnit XML takes these from the teardown report, which copies the item's properties.
+        item.user_properties.extend(junit_properties(record))
     return report
 
 
 # What a case may end with; anything else is a harness error.
-_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, pytest.skip.Exception,
-                  pytest.fail.Exception)
+_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, opcases.OpCaseFailure,
+                  opcases.OpCaseUsageError, pytest.skip.Exception, pytest.fail.Exception)

@@ -34,25 +34,42 @@ RESULT_COLUMNS = ("API name", "Forward Test Success", "Backward Test Success", "
 _BLANK = " "  # msprobe writes a single space for an empty cell
 
 
+RECORD = pytest.StashKey[dict]()  # an item's case record, carried to the controller on its call report
+
+
+def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, order: int, location: str,
+               source: str, seed: int | None, device: str, golden: str, baseline: str = "none",
+               status: str = "harness-error", message: str = "") -> dict[str, Any]:
+    """A case record before its outcome: who the case is and what it runs on.
+
+    kind: "dump" for a dumped API call, "op_case" for a YAML or Python op case. The status starts as
+    harness-error, so a case that dies of an unexpected exception is still reported as one.
+    """
+    return {
+        "kind": kind, "case_id": case_id, "key": key, "api": api, "direction": direction, "order": order,
+        "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
+        "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
+        "message": message, "seconds": None, "op_seconds": None, "outputs": [],
+    }
+
+
 def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None = None, status: str = "",
                 message: str = "", reason: str = "") -> dict[str, Any]:
     location, _, _ = case.case_id.rpartition("::")
-    record = {
-        "case_id": case.case_id, "key": case.key, "api": case.api, "direction": case.direction,
-        "order": case.order, "location": location, "source": str(case.source), "seed": case.seed,
-        "device": settings.device.name, "golden": settings.golden_label, "baseline": settings.baseline_label,
-        "baseline_state": "", "fingerprint": None, "status": status, "reason": reason,
-        "message": message, "seconds": None, "op_seconds": None, "outputs": [],
-    }
+    record = new_record(kind="dump", case_id=case.case_id, key=case.key, api=case.api, direction=case.direction,
+                        order=case.order, location=location, source=str(case.source), seed=case.seed,
+                        device=settings.device.name, golden=settings.golden_label, baseline=settings.baseline_label,
+                        status=status, message=message)
+    record["reason"] = reason
     if result is not None:
         record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
                       notes=list(result.notes), baseline_state=result.baseline,
                       fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
-                      outputs=[_output(o.name, o.verdict, o.profile) for o in result.outputs])
+                      outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs])
     return record
 
 
-def _output(name: str, verdict, profile=None) -> dict[str, Any]:
+def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
     return {
         "name": name, "status": verdict.status.value, "standard": verdict.standard, "dtype": verdict.dtype,
         "shape": list(verdict.shape),
@@ -94,6 +111,7 @@ def write_msprobe_csv(records: list[dict], folder: Path, stamp: str) -> tuple[Pa
     """accuracy_checking_result_<stamp>.csv and accuracy_checking_details_<stamp>.csv, as msprobe writes them."""
     result_path = folder / f"accuracy_checking_result_{stamp}.csv"
     details_path = folder / f"accuracy_checking_details_{stamp}.csv"
+    records = [r for r in records if r.get("kind", "dump") == "dump"]  # msprobe knows dumped APIs only
     by_api: dict[str, dict[str, dict]] = {}
     for record in records:
         by_api.setdefault(record["api"], {})[record["direction"]] = record

@@ -236,3 +236,30 @@ def test_the_regression_case_file_is_plain_yaml_with_tensor_files(project):
     body = "\n".join(lines[3:])
     assert f"- id: {regression.stem}\n  op: my_softmax\n  dtypes:\n  - float16\n" in body
     assert f"  found_by: op_cases/softmax.yaml::my_softmax[float16]\n  inputs:\n  - file: {regression.stem}/input0.pt\n  - -1" in body
+
+
+def test_op_cases_are_reported_and_gated_like_dump_cases(project, monkeypatch):
+    """A failing op case lands in cases.jsonl and JUnit, can be accepted as a known failure, and a
+    fixed op then fails the run as a strict XPASS."""
+    import json
+
+    project.makefile(".yaml", **{"op_cases/gelu": CASES["gelu_tanh_as_erf"]})
+    gate = ["--npu-precision-regressions", "none", "--npu-precision-known-failures", "known.json"]
+    first = run(project, "op_cases/gelu.yaml", "--npu-precision-report", "reports", "--junitxml", "junit.xml")
+    first.assert_outcomes(failed=1)
+    [record] = [json.loads(line) for line in (project.path / "reports" / "cases.jsonl").read_text().splitlines()]
+    assert (record["kind"], record["case_id"], record["status"]) == ("op_case", "op_cases/gelu.yaml::my_gelu[float32]",
+                                                                    "error")
+    assert record["api"] == "Custom.my_gelu" and record["outputs"][0]["standard"] == "error_bound"
+    assert "Hypothesis found a failing example" in record["message"]
+    junit = (project.path / "junit.xml").read_text()
+    assert 'name="npu_precision_status" value="error"' in junit and 'name="npu_precision_worst_metric"' in junit
+    assert not list((project.path / "reports").glob("accuracy_checking_details_*.csv"))[0].read_text(
+        encoding="utf-8-sig").splitlines()[1:]  # msprobe's CSVs hold dumped APIs only
+
+    run(project, "op_cases/gelu.yaml", *gate, "--npu-precision-update-known-failures").assert_outcomes(failed=1)
+    assert list(json.loads((project.path / "known.json").read_text())) == ["op_cases/gelu.yaml::my_gelu[float32]"]
+    run(project, "op_cases/gelu.yaml", *gate).assert_outcomes(xfailed=1)
+
+    monkeypatch.setenv("PLANTED_OPS", "fixed")
+    run(project, "op_cases/gelu.yaml", *gate).assert_outcomes(failed=1)  # XPASS(strict): the file is out of date

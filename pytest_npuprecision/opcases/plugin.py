@@ -14,11 +14,14 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 import torch
 
+from ..gating import GATE, KnownFailureRegression
+from ..report import RECORD, new_record, output_record
 from .message import render_outcome
 from .regression import write_regression
 from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
 from .search import PROFILES, OpCaseSettings, Outcome, check_case
-from .spec import BrokenCase, OpCase, dtype_name
+from .run import case_seed
+from .spec import BrokenCase, OpCase, dtype_name, op_label
 
 _SETTINGS = pytest.StashKey[OpCaseSettings]()
 DEFAULT_PATTERNS = ("op_cases*.yaml", "op_cases*.yml")
@@ -100,11 +103,31 @@ class OpCaseUsageError(Exception):
     """An op case that cannot run as written: its message names the file, the case and the field."""
 
 
-def _raise_for(outcome: Outcome, settings: OpCaseSettings) -> None:
+def _start_record(item: pytest.Item, case: OpCase, settings: OpCaseSettings) -> None:
+    """The item's case record, so that known failures, JUnit and the reports see op cases too."""
+    item.stash[RECORD] = new_record(
+        kind="op_case", case_id=item.nodeid, key=item.name, api=op_label(case.op) or "?",
+        direction="backward" if case.backward else "forward", order=0, location=case.source, source=case.source,
+        seed=case_seed(case), device=settings.device.name, golden=f"{settings.golden.name} float64")
+
+
+def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> None:
+    """Complete the record; then pass, or raise the failure (a regression past a known failure first)."""
     __tracebackhide__ = True
+    record = item.stash[RECORD]
+    result = outcome.result
+    status = "pass" if outcome.passed else "input-error" if outcome.problem is not None else "error"
+    record.update(status=status, api=outcome.op_name, seconds=outcome.seconds, examples=outcome.examples,
+                  notes=list(outcome.notes),
+                  outputs=[output_record(o.name, o.verdict) for o in (result.outputs if result else ())])
+    item.user_properties.append(("npu_precision_examples", outcome.examples))
     if outcome.passed:
         return
-    message = render_outcome(outcome, settings, outcome.op_name, outcome.reference_label)
+    record["message"] = message = render_outcome(outcome, settings, outcome.op_name, outcome.reference_label)
+    gate = item.config.stash.get(GATE, None)
+    worse = gate.regressions(record) if gate is not None else []
+    if worse:
+        raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
     raise (OpCaseUsageError if outcome.problem is not None else OpCaseFailure)(message)
 
 
@@ -146,12 +169,11 @@ class OpCaseItem(pytest.Item):
 
     def runtest(self) -> None:
         settings = settings_for(self.config)
-        outcome = check_and_keep(self.case, self.dtype, settings)
-        self.user_properties.append(("npu_precision_examples", outcome.examples))
-        _raise_for(outcome, settings)
+        _start_record(self, self.case, settings)
+        _finish(self, check_and_keep(self.case, self.dtype, settings), settings)
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, (OpCaseFailure, OpCaseUsageError)):
+        if isinstance(excinfo.value, (OpCaseFailure, OpCaseUsageError, KnownFailureRegression)):
             return str(excinfo.value)
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
@@ -208,9 +230,9 @@ def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("fl
             path = request.node.path
             source = path.relative_to(request.config.rootpath).as_posix() \
                 if path.is_relative_to(request.config.rootpath) else str(path)
-            outcome = check_and_keep(dataclasses.replace(case, source=source), dtype, settings)
-            request.node.user_properties.append(("npu_precision_examples", outcome.examples))
-            _raise_for(outcome, settings)
+            placed = dataclasses.replace(case, source=source)
+            _start_record(request.node, placed, settings)
+            _finish(request.node, check_and_keep(placed, dtype, settings), settings)
 
         test.__name__, test.__qualname__, test.__doc__ = draw.__name__, draw.__qualname__, draw.__doc__
         test.__module__ = draw.__module__
