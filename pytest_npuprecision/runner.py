@@ -394,8 +394,43 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
             length = math.ceil(out_numel * k_forward / numel)
         else:
             length = max(k_forward if rule else 1, math.ceil(out_numel / numel))
-        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norms.get(f"grad.{path}"))
+        norm = norms.get(f"grad.{path}")
+        if norm is None and length > 1:
+            norm = _broadcast_term_norm(op, args, kwargs, golden, path, cotangents)
+        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm)
     return result
+
+
+def _broadcast_term_norm(op, args, kwargs, side: _Side, path: str,
+                         cotangents: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+    """Term norms of a broadcast input's gradient, or None when the input was not broadcast.
+
+    The gradient of an input broadcast over the output (a bias, a scalar) sums the output gradient
+    over the broadcast dims, and those terms may cancel: a sum near zero of terms near one is only
+    as exact as the terms are large. Run the op once more with the input expanded to the output's
+    shape, so that autograd hands back each term before the sum. An op that is not elementwise in
+    that input refuses the expanded shape or returns another shape, and the bound keeps |g| as scale.
+    """
+    try:
+        target = torch.broadcast_shapes(*(g.shape for g in cotangents.values()))
+        shape = _tensor_paths(args, kwargs)[path].shape
+        if shape.numel() == target.numel() or torch.broadcast_shapes(shape, target) != target:
+            return None
+        expanded_args, expanded_kwargs = _prepare(
+            args, kwargs, lambda p, t: t.expand(target).contiguous() if p == path else t, lambda v: v, None)
+        leaves: dict[str, torch.Tensor] = {}
+        call_args, call_kwargs = _arguments(expanded_args, expanded_kwargs, side, [], grad_paths=(path,),
+                                            leaves=leaves)
+        with torch.enable_grad(), side.context():
+            outputs = dict(_flatten(op.func(*call_args, **call_kwargs)))
+            pairs = [(outputs.get(n), g) for n, g in cotangents.items()]
+            if not all(isinstance(t, torch.Tensor) and t.shape == g.shape and t.requires_grad for t, g in pairs):
+                return None
+            terms, = torch.autograd.grad([t for t, _ in pairs], [leaves[path]],
+                                         [g.to(device=t.device, dtype=t.dtype) for t, g in pairs])
+    except Exception:  # not elementwise in this input: no term norms, as before
+        return None
+    return (terms.detach().abs() ** 2).sum_to_size(shape).sqrt()
 
 
 # ---------------------------------------------------------------- pairing device and golden

@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytest_npuprecision import judge
 from pytest_npuprecision.ops import ResolvedOp, resolve
 from pytest_npuprecision.runner import OpExecutionError, RunResult, default_device, run_call
 
@@ -216,6 +217,46 @@ def test_matmul_gradient_lengths_are_the_other_contracted_dimension():
     assert grads["grad.input_args[1]"].accumulation.length == 2  # grad_w = x.T @ g sums over M
     g = torch.randn(2, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float().double()
     torch.testing.assert_close(grads["grad.input_args[0]"].accumulation.term_norm, ((g * g) @ (w.double().T ** 2)).sqrt())
+
+
+def _cancelling(shape) -> torch.Tensor:
+    """Output gradients of magnitude ~1 whose sum is ~0.1: the sum keeps far fewer exact digits than its terms."""
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    return (g - g.mean() + 0.1 / g.numel()).float()
+
+
+@pytest.mark.parametrize("other", [torch.tensor(0.0), torch.zeros(7), torch.zeros(1, 7)], ids=["0-d", "row", "1x7"])
+def test_a_broadcast_inputs_gradient_is_bounded_by_the_terms_it_sums(other):
+    """add(x, y) with y broadcast over x: grad_y sums the output gradient, whose terms may cancel.
+
+    Found by Hypothesis in op_cases (add[float32], y a 0-d tensor): with |grad_y| as the scale, a
+    fair float32 sum of 42 cancelling terms failed the bound by 1.8x.
+    """
+    x, g = torch.rand(6, 7), _cancelling((6, 7))
+    result = run("Torch.add", x, other, backward=True, requires_grad={0, 1}, grad_outputs=(g,))
+    grad = by_name(result)["grad.input_args[1]"]
+    terms = g.double().reshape(6, 7)
+    assert grad.accumulation.length == 6 * 7 // max(other.numel(), 1)
+    torch.testing.assert_close(grad.accumulation.term_norm, (terms ** 2).sum_to_size(other.shape).sqrt())
+    assert judge(grad.actual, grad.golden, op="add", accumulation=grad.accumulation).status.value == "pass"
+    # The unbroadcast input's gradient is each term alone: no term norms, as for any elementwise op.
+    assert by_name(result)["grad.input_args[0]"].accumulation.term_norm is None
+
+
+def test_a_broadcast_gradient_summed_in_half_precision_still_fails():
+    x, y, g = torch.rand(64, 64), torch.tensor(0.0), _cancelling((64, 64))
+    result = run("Torch.add", x, y, backward=True, requires_grad={1}, grad_outputs=(g,))
+    grad = by_name(result)["grad.input_args[1]"]
+    half_sum = g.half().sum(dtype=torch.float16).float()  # a kernel accumulating in float16
+    assert judge(half_sum, grad.golden, op="add", accumulation=grad.accumulation).status.value == "error"
+    assert judge(grad.actual, grad.golden, op="add", accumulation=grad.accumulation).status.value == "pass"
+
+
+def test_an_op_not_elementwise_in_its_input_keeps_the_plain_bound():
+    """Expanding the weight of layer_norm to the input's shape is refused: no term norms are made up."""
+    x, w = torch.randn(6, 7), torch.randn(7)
+    result = run("Functional.layer_norm", x, (7,), w, backward=True, requires_grad={0, 2})
+    assert by_name(result)["grad.input_args[2]"].accumulation.term_norm is None
 
 
 @pytest.mark.parametrize(("api", "args", "kwargs", "length"), [
