@@ -20,7 +20,8 @@ from .arguments import CallInputs
 
 def update_with_tensor(digest: "hashlib._Hash", t: torch.Tensor) -> None:
     """Feed a tensor's dtype, shape and bytes (little-endian, as laid out in memory) to ``digest``."""
-    t = t.detach().cpu().contiguous()
+    # resolve_conj/resolve_neg: a lazily conjugated or negated view has no bytes of its own to view as uint8
+    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
     digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
     if t.numel():
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -54,6 +55,8 @@ def fingerprint(inputs: CallInputs) -> InputFingerprint:
         if isinstance(value, torch.Tensor):
             update_with_tensor(one, value)
             shown = f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)} {one.hexdigest()}"
+            if path in inputs.requires_grad:  # hashed below, shown here so that a mismatch can name it
+                shown += " requires grad"
         else:
             one.update(repr(value).encode())
             shown = f"{_short(repr(value))} {one.hexdigest()}"
