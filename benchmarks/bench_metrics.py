@@ -143,7 +143,7 @@ def main() -> None:
                 base = baseline if mode == "benchmark" else None
                 run_judge(golden[:4096], actual[:4096], None if base is None else base[:4096])
                 times[mode] = median_time(lambda: run_judge(golden, actual, base), repeat)
-            del golden, actual, baseline
+            golden = actual = baseline = None  # free them before measuring memory
             trim_heap()
             for mode, t in times.items():
                 mem = measure_memory(size, dtype, mode)

@@ -93,6 +93,21 @@ def settings_for(config: pytest.Config) -> Settings:
     return config.stash[_SETTINGS]
 
 
+def rerun_options(config: pytest.Config) -> list[str]:
+    """The options that shaped a verdict, for a rerun command that reaches the same one from anywhere."""
+    words = []
+    defaults = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
+                "npu_precision_rules": None}
+    for name, default in defaults.items():
+        value = config.getoption(name)
+        if value != default:
+            words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).is_file() else value]
+    for name in ("npu_precision_allow_tf32", "npu_precision_strict_warnings"):
+        if config.getoption(name):
+            words.append(f"--{name.replace('_', '-')}")
+    return words
+
+
 def run_header(settings: Settings) -> str:
     """The one line that says what this run compared: device, golden, baseline and seeds."""
     return (f"npu-precision: device {settings.device.info().describe()}, golden {settings.golden_label}, "
@@ -221,7 +236,7 @@ class DumpCaseItem(pytest.Item):
             parts.append("warnings fail this run: --npu-precision-strict-warnings")
         # An absolute file path works from any directory, unlike a rootdir-relative node id.
         node = f"{self.path.resolve()}::{self.name}"
-        rerun = f"pytest --npu-precision {shlex.quote(str(self.path.resolve()))} {shlex.quote(node)}"
+        rerun = shlex.join(["pytest", "--npu-precision", str(self.path.resolve()), *rerun_options(self.config), node])
         settings = self.config.stash[_SETTINGS]
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
                      f"{settings.golden_label}, baseline {settings.baseline_label}")

@@ -312,9 +312,37 @@ def test_the_dump_reader_parses_every_entry(name):
 # ---------------------------------------------------------------- reproducibility
 
 
-def _dump_json_without_data_dir(path: Path) -> str:
-    text = path.read_text(encoding="utf-8")
-    return re.sub(r'\n "dump_data_dir": [^\n]*\n', "\n", text, count=1)
+# CPUs with other vector units (AVX2, AVX-512) round float32 matmuls differently: a fresh run matches
+# the committed dumps to a few float32 ulp of each tensor's scale, not bit for bit.
+REPRODUCED_ULPS = 16
+
+
+def _same_up_to_rounding(fresh, committed, where: str = "") -> list[str]:
+    """Where two dump.json documents differ beyond rounding: structure, names and integers exactly;
+    each tensor's Max, Min, Mean and Norm within REPRODUCED_ULPS float32 ulp of its Norm."""
+    if isinstance(committed, dict) and isinstance(fresh, dict):
+        if list(fresh) != list(committed):
+            return [f"{where}: keys {list(fresh)} != {list(committed)}"]
+        scale = abs(committed["Norm"]) if isinstance(committed.get("Norm"), float) else 0.0
+        found = []
+        for key, value in committed.items():
+            if scale and key in ("Max", "Min", "Mean", "Norm") and isinstance(value, float):
+                if not math.isclose(fresh[key], value, abs_tol=REPRODUCED_ULPS * 2.0 ** -23 * scale):
+                    found.append(f"{where}.{key}: {fresh[key]!r} != {value!r}")
+            elif key != "dump_data_dir":
+                found += _same_up_to_rounding(fresh[key], value, f"{where}.{key}")
+        return found
+    if isinstance(committed, list) and isinstance(fresh, list) and len(fresh) == len(committed):
+        return [d for i, (f, c) in enumerate(zip(fresh, committed)) for d in _same_up_to_rounding(f, c, f"{where}[{i}]")]
+    return [] if fresh == committed else [f"{where}: {fresh!r} != {committed!r}"]
+
+
+def _close_tensors(fresh: torch.Tensor, committed: torch.Tensor) -> bool:
+    if not committed.is_floating_point():
+        return torch.equal(fresh, committed)
+    scale = committed.double().abs().max().item() if committed.numel() else 0.0
+    tolerance = REPRODUCED_ULPS * torch.finfo(committed.dtype).eps * scale
+    return bool(((fresh.double() - committed.double()).abs() <= tolerance).all())
 
 
 def test_the_script_reproduces_the_dumps(tmp_path):
@@ -325,7 +353,7 @@ def test_the_script_reproduces_the_dumps(tmp_path):
     hint = "the committed dumps differ from a fresh run; regenerate with python examples/make_example_dump.py"
     for name, (task, *_rest) in EXPECTED.items():
         committed, fresh = dump_path(name), dump_path(name, out)
-        assert _dump_json_without_data_dir(fresh) == _dump_json_without_data_dir(committed), hint
+        assert not _same_up_to_rounding(load(name, out), load(name)), hint
         assert load(name, out)["dump_data_dir"] == (
             str((fresh.parent / "dump_tensor_data").resolve()) if task == "tensor" else None)
         for other in ("stack.json", "construct.json"):
@@ -339,8 +367,7 @@ def test_the_script_reproduces_the_dumps(tmp_path):
             old = torch.load(path, weights_only=True)
             new = torch.load(new_dir / path.name, weights_only=True)
             assert old.dtype == new.dtype and old.shape == new.shape, path.name
-            assert torch.equal(old.reshape(-1).view(torch.uint8), new.reshape(-1).view(torch.uint8)), (
-                f"{path.name}: {hint}")
+            assert _close_tensors(new, old), f"{path.name}: {hint}"
 
 
 def test_the_script_writes_only_the_dumps_asked_for_and_rejects_unknown_names(tmp_path):
@@ -348,8 +375,7 @@ def test_the_script_writes_only_the_dumps_asked_for_and_rejects_unknown_names(tm
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["mlp_statistics"]
-    assert (tmp_path / "mlp_statistics/step0/rank0/dump.json").read_bytes() == \
-        dump_path("mlp_statistics").read_bytes()
+    assert not _same_up_to_rounding(load("mlp_statistics", tmp_path), load("mlp_statistics"))
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "nope"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "unknown dump 'nope'" in done.stderr

@@ -30,6 +30,13 @@ BLIND_SPOTS = {
 }
 
 
+# Defects the benchmark standard cannot tell from a fair baseline's own error. torch's float32 gelu
+# computes 1 + erf(x/sqrt(2)), which cancels in the negative tail (up to 2e-3 relative on AVX-512
+# CPUs): one element off by 1000 ulp (~4e-6 here) stays under the aggregate error ratios on some
+# CPUs and not on others. The error bound, which needs no baseline, catches it everywhere.
+BASELINE_BLIND_SPOTS = {("gelu", "off_by_1000_ulp"): (torch.float32,)}
+
+
 def _large_k(spec: OpSpec) -> bool:
     return spec.name == "matmul" and spec.reduction(spec.inputs()) >= 8192
 
@@ -44,6 +51,8 @@ def _cases(with_blind_spots: bool):
     for spec in FLOAT_OPS:
         for dtype in DTYPES:
             for defect in OUTPUT_DEFECTS:
+                if with_blind_spots and dtype in BASELINE_BLIND_SPOTS.get((spec.name, defect), ()):
+                    continue
                 if with_blind_spots or not _blind(spec, defect, dtype):
                     k = spec.reduction(spec.inputs())
                     yield pytest.param(spec, dtype, defect, id=f"{spec.name}-{k}-{str(dtype)[6:]}-{defect}")

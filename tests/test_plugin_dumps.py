@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -159,10 +160,12 @@ def test_a_failing_case_says_by_how_much_and_how_to_rerun_it(pytester):
     assert "max_bound_ratio = " in text and "> limit 1e-09  [error]" in text
     assert "case step0/rank0::Functional.linear.0.forward, seed " in text
     rerun = next(line for line in result.stdout.lines if line.startswith("rerun: pytest --npu-precision"))
-    assert rerun.endswith("dump.json::Functional.linear.0.forward")
-    again = pytester.runpytest(*shlex.split(rerun.removeprefix("rerun: pytest "))[:], "--npu-precision-rules",
-                               "strict.yaml", "-p", "no:cacheprovider")
-    again.assert_outcomes(failed=1)  # the command reruns exactly that case
+    assert rerun.endswith(f"--npu-precision-device cpu --npu-precision-rules {pytester.path / 'strict.yaml'} "
+                          f"{dump.resolve()}::Functional.linear.0.forward")
+    pytester.mkdir("elsewhere")
+    os.chdir(pytester.path / "elsewhere")  # the command works from any directory
+    again = pytester.runpytest(*shlex.split(rerun.removeprefix("rerun: pytest ")), "-p", "no:cacheprovider")
+    again.assert_outcomes(failed=1)  # the command reruns exactly that case, with its rules
     result.stdout.fnmatch_lines(["*first failing API in step0/rank0: Functional.linear.0.forward (max_bound_ratio*"])
 
 
