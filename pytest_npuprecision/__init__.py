@@ -1,5 +1,7 @@
 """pytest-npuprecision: single-operator precision verification for PyTorch devices."""
 
+__version__ = "0.1.0"  # before the imports: the reports read it while the package loads
+
 from .backends import Backend, BackendError, BackendInfo
 from .judge import assert_precise, judge
 from .metrics import Accumulation, Metrics
@@ -11,7 +13,6 @@ __all__ = [
     "Accumulation", "Backend", "BackendError", "BackendInfo", "Check", "Element", "Metrics", "Rules", "Status", "Verdict",
     "assert_precise", "call", "judge", "precision_case", "register_op", "render_message", "unregister_op",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 from .arguments import DescriptorError, DumpDataError, materialize
@@ -51,6 +52,13 @@ class Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
             object.__setattr__(self, "device", load_backend(self.device))
+
+    def describe(self) -> dict[str, Any]:
+        """What this run compared, with every backend's versions and settings: the reports' run.json."""
+        baseline = self.baseline.info().as_dict() if isinstance(self.baseline, Backend) else None
+        return {"device": self.device.info().as_dict(), "golden": self.golden_label,
+                "golden_backend": self.golden.info().as_dict(), "baseline": self.baseline_label,
+                "baseline_backend": baseline, "seed": "crc32(case id) per case"}
 
     @property
     def golden_label(self) -> str:

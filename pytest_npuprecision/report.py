@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import json
+import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from . import __version__
 from .baseline import write_record
 from .cases import CaseResult, Settings
 from .dump import DumpCase
@@ -84,7 +86,9 @@ def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
 
 def junit_properties(record: dict) -> list[tuple[str, str]]:
     """A case's status and key metrics, as JUnit XML properties."""
-    props = [("npu_precision_case_id", record["case_id"]), ("npu_precision_status", record["status"])]
+    props = [("npu_precision_case_id", record["case_id"]), ("npu_precision_status", record["status"]),
+             ("npu_precision_device", record["device"]), ("npu_precision_golden", record["golden"]),
+             ("npu_precision_baseline", record["baseline"]), ("npu_precision_seed", str(record["seed"]))]
     if record["outputs"]:
         props += [("npu_precision_standard", ",".join(sorted({o["standard"] for o in record["outputs"]}))),
                   ("npu_precision_dtype", ",".join(sorted({o["dtype"] for o in record["outputs"]})))]
@@ -195,7 +199,9 @@ class Collector:
             folder = Path(folder)
             folder.mkdir(parents=True, exist_ok=True)
             write_jsonl(records, folder / "cases.jsonl")
-            self.written += [folder / "cases.jsonl", *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+            self._write_run(folder / "run.json")
+            self.written += [folder / "run.json", folder / "cases.jsonl",
+                             *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
         record_path = self.config.getoption("npu_precision_record")
         if record_path is not None:
             self._write_record(Path(record_path), records)
@@ -207,10 +213,19 @@ class Collector:
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _write_record(self, path: Path, records: list[dict]) -> None:
+    def _settings(self) -> Settings:
         from .plugin import settings_for  # the run's backends, made once from the options (import cycle)
 
-        settings = settings_for(self.config)
+        return settings_for(self.config)
+
+    def _write_run(self, path: Path) -> None:
+        """The header line in full: device, golden and baseline with their versions and settings."""
+        run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
+               "machine": platform.machine(), **self._settings().describe()}
+        path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _write_record(self, path: Path, records: list[dict]) -> None:
+        settings = self._settings()
         self.recorded = write_record(path, settings.device.info().as_dict(), settings.golden_label, records)
         self.written.append(path)
 

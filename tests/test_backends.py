@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import collections
 import importlib.util
+import json
+import platform
 import sys
 import textwrap
 import types
+from xml.etree import ElementTree
 
 import pytest
 import torch
 
+import pytest_npuprecision
 from fixtures import FIXTURES
 from pytest_npuprecision.backends import Backend, BackendError, BackendInfo, load_backend
 from pytest_npuprecision.backends.base import _cpu_name
@@ -213,6 +217,29 @@ def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
     assert result.ret == pytest.ExitCode.OK
     assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), golden cpu float64, "
             f"baseline cpu same dtype, seed crc32(case id) per case") in result.stdout.lines
+
+
+def test_every_report_records_device_golden_baseline_and_seed(pytester, user_module):
+    result = pytester.runpytest("--npu-precision", str(SMALL_DUMP), "--npu-precision-device", "user_backends:make",
+                                "--npu-precision-baseline", "cpu", "-k", "linear.0", "--npu-precision-report", "r",
+                                "--junitxml", "r/junit.xml", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    run = json.loads((pytester.path / "r" / "run.json").read_text())
+    cpu = {"name": "cpu", "device_name": _cpu_name(), "versions": {"torch": torch.__version__}, "settings": {}}
+    assert run == {"pytest_npuprecision": pytest_npuprecision.__version__, "python": platform.python_version(),
+                   "machine": platform.machine(), "device": dict(cpu, name="made-by-a-function"),
+                   "golden": "cpu float64", "golden_backend": cpu, "baseline": "cpu same dtype",
+                   "baseline_backend": cpu, "seed": "crc32(case id) per case"}
+    records = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(isinstance(r["seed"], int) for r in records)
+    assert {(r["device"], r["golden"], r["baseline"]) for r in records} == {
+        ("made-by-a-function", "cpu float64", "cpu same dtype")}
+    junit = ElementTree.parse(pytester.path / "r" / "junit.xml")
+    for case, record in zip(junit.iter("testcase"), records):
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert (properties["npu_precision_device"], properties["npu_precision_golden"],
+                properties["npu_precision_baseline"], properties["npu_precision_seed"]) == (
+            "made-by-a-function", "cpu float64", "cpu same dtype", str(record["seed"]))
 
 
 # ---------------------------------------------------------------- a user's backend, end to end

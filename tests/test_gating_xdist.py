@@ -19,9 +19,12 @@ def run(pytester, folder: str, *args):
 
 
 def summary(result) -> list[str]:
+    """The npu-precision summary section alone: pytest's short summary that follows lists failures as they
+    finished, which under xdist is in no fixed order."""
     lines = result.stdout.lines
-    start = lines.index(next(line for line in lines if "npu-precision summary" in line))
-    return [line for line in lines[start:] if line.startswith(("cases:", "outputs", "first", "worst", "known", "  "))]
+    start = lines.index(next(line for line in lines if "npu-precision summary" in line)) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("=")), len(lines))
+    return [line for line in lines[start:end] if line.startswith(("cases:", "outputs", "first", "worst", "known", "  "))]
 
 
 def verdicts(folder) -> dict[str, tuple]:
