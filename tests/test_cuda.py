@@ -51,44 +51,71 @@ def test_asking_for_cuda_without_a_gpu_is_a_usage_error(pytester, option):
     assert result.stderr.lines[0] == f"ERROR: {option}: {_unavailable('cuda')}"
 
 
-@contextlib.contextmanager
-def _process_tf32(on: bool):
-    """Both TF32 flags as a training process may set them, torch's own put back afterwards.
+NEW_TF32_API = hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
+TF32_APIS = ["legacy", "fp32_precision"] if NEW_TF32_API else ["legacy"]
 
-    Not monkeypatch: torch serves cuBLAS's flag through __getattr__, and monkeypatch's undo deletes
-    an attribute it did not find in the object's __dict__.
+
+def _tf32_flags() -> tuple[bool, bool]:
+    """(matmul, cuDNN conv) TF32, read through the API this torch has (reading the legacy one may raise)."""
+    if NEW_TF32_API:
+        return (torch.backends.cuda.matmul.fp32_precision == "tf32",
+                torch.backends.cudnn.conv.fp32_precision == "tf32")
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+@contextlib.contextmanager
+def _process_tf32(on: bool, api: str = "legacy"):
+    """TF32 as a training process may set it, by either API; torch's own flags put back afterwards.
+
+    Not monkeypatch: torch serves these flags through __getattr__, and monkeypatch's undo deletes an
+    attribute it did not find in the object's __dict__.
     """
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+    if api == "legacy":
+        modules, name, value = [torch.backends.cuda.matmul, torch.backends.cudnn], "allow_tf32", on
+    else:
+        modules = [torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn]
+        name, value = "fp32_precision", "tf32" if on else "ieee"
+    saved = [getattr(m, name) for m in modules]
+    for module in modules:
+        setattr(module, name, value)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        for module, old in zip(modules, saved):
+            setattr(module, name, old)
 
 
 def _without_gpu(monkeypatch, tf32: bool | None) -> CudaBackend:
     """A CudaBackend whose device context is a no-op, so that its flag handling runs on the CPU."""
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "no GPU (flags only)")
     backend = CudaBackend.__new__(CudaBackend)
     Backend.__init__(backend, "cpu", name="cuda:0")
     backend.tf32 = tf32
     return backend
 
 
+@pytest.mark.filterwarnings("ignore:Please use the new API settings to control TF32")
+@pytest.mark.parametrize("api", TF32_APIS)
 @pytest.mark.parametrize("process", [True, False], ids=["process-tf32-on", "process-tf32-off"])
 @pytest.mark.parametrize("tf32", [False, True, None], ids=["golden", "allow-tf32", "device"])
-def test_running_pins_tf32_for_golden_and_baseline_and_restores_it(monkeypatch, process, tf32):
-    """Flags only: torch keeps them without a GPU. The same with real matmuls is the GPU test below."""
+def test_running_pins_tf32_for_golden_and_baseline_and_restores_it(monkeypatch, process, tf32, api):
+    """Flags only: torch keeps them without a GPU. The same with real matmuls is the GPU test below.
+
+    Since torch 2.9 a process may set TF32 through fp32_precision, after which torch refuses to read the
+    legacy allow_tf32 flags: the backend must neither read them nor fail then.
+    """
     backend = _without_gpu(monkeypatch, tf32)
     expected = process if tf32 is None else tf32
-    with _process_tf32(process):
+    with _process_tf32(process, api):
         with backend.running(7):
-            inside = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-                      torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+            inside = (*_tf32_flags(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
                       torch.are_deterministic_algorithms_enabled())
-        after = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        after = _tf32_flags()
+        shown = dict(backend.info().settings)["tf32"] if tf32 is None else None
     assert inside == (expected, expected, True, False, True)
     assert after == (process, process)
+    assert shown in (None, "on" if process else "off")
     assert not torch.backends.cudnn.deterministic and not torch.are_deterministic_algorithms_enabled()
 
 
@@ -116,8 +143,10 @@ def test_an_index_past_the_last_gpu_names_the_range():
 
 
 @requires_gpu
-def test_tf32_stays_off_in_a_cuda_golden_even_when_the_process_turned_it_on():
-    with _process_tf32(True):
+@pytest.mark.filterwarnings("ignore:Please use the new API settings to control TF32")
+@pytest.mark.parametrize("api", TF32_APIS)
+def test_tf32_stays_off_in_a_cuda_golden_even_when_the_process_turned_it_on(api):
+    with _process_tf32(True, api):
         _check_tf32_roles()
 
 
@@ -132,12 +161,12 @@ def _check_tf32_roles() -> None:
         return ((a @ b).double() - exact).norm().item() / exact.norm().item()
 
     with golden.running(0):
-        flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        flags = _tf32_flags()
         golden_error = error()
     assert flags == (False, False)
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)  # restored
+    assert _tf32_flags() == (True, True)  # restored
     with device.running(0):  # the device under test keeps what the process (training) uses
-        device_flag = torch.backends.cuda.matmul.allow_tf32
+        device_flag = _tf32_flags()[0]
         device_error = error()
     assert device_flag is True
     assert golden_error < 1e-5, golden_error
@@ -145,7 +174,7 @@ def _check_tf32_roles() -> None:
         assert device_error > 1e-4, device_error
     assert dict(golden.info().settings)["tf32"] == "off" and dict(device.info().settings)["tf32"] == "on"
     with load_backend("cuda", "golden", allow_tf32=True).running(0):
-        assert torch.backends.cuda.matmul.allow_tf32 is True  # --npu-precision-allow-tf32
+        assert _tf32_flags() == (True, True)  # --npu-precision-allow-tf32
 
 
 # ---------------------------------------------------------------- the cuda golden agrees with the cpu golden

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -36,7 +36,7 @@ class CudaBackend(Backend):
         versions = [("torch", torch.__version__), ("cuda", str(torch.version.cuda))]
         if torch.backends.cudnn.is_available():
             versions.append(("cudnn", str(torch.backends.cudnn.version())))
-        tf32 = self.tf32 if self.tf32 is not None else torch.backends.cuda.matmul.allow_tf32
+        tf32 = self.tf32 if self.tf32 is not None else tf32_in_use()
         return BackendInfo(self.name, torch.cuda.get_device_name(self.device), tuple(versions),
                            (("tf32", "on" if tf32 else "off"), ("deterministic", "on")))
 
@@ -48,15 +48,47 @@ class CudaBackend(Backend):
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.cuda.device(self.device))
             stack.enter_context(deterministic())
-            stack.enter_context(torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled,
-                                                           benchmark=False, deterministic=True,
-                                                           allow_tf32=self._cudnn_tf32()))
+            stack.enter_context(_set(torch.backends.cudnn, benchmark=False, deterministic=True))
             if self.tf32 is not None:
-                previous = torch.backends.cuda.matmul.allow_tf32
-                torch.backends.cuda.matmul.allow_tf32 = self.tf32
-                stack.callback(setattr, torch.backends.cuda.matmul, "allow_tf32", previous)
+                stack.enter_context(pinned_tf32(self.tf32))
             torch.manual_seed(seed)  # seeds every GPU too
             yield
 
-    def _cudnn_tf32(self) -> bool:
-        return torch.backends.cudnn.allow_tf32 if self.tf32 is None else self.tf32
+
+# torch 2.9 moved TF32 to per-backend fp32_precision ("tf32" / "ieee"); once a process sets it, reading
+# the legacy allow_tf32 flags raises, and torch.backends.cudnn.flags() reads them. So each flag is set
+# and restored alone, through the newer API wherever torch has it.
+def _has_fp32_precision() -> bool:
+    return hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
+
+
+def tf32_in_use() -> bool:
+    """Whether float32 matmuls may run in TF32 now, as the process set it (by either API)."""
+    if _has_fp32_precision():
+        return torch.backends.cuda.matmul.fp32_precision == "tf32"
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+@contextlib.contextmanager
+def pinned_tf32(on: bool) -> Iterator[None]:
+    """TF32 on or off for cuBLAS matmuls and cuDNN convolutions, put back as it was afterwards."""
+    if _has_fp32_precision():
+        with contextlib.ExitStack() as stack:
+            for module in (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
+                stack.enter_context(_set(module, fp32_precision="tf32" if on else "ieee"))
+            yield
+    else:
+        with _set(torch.backends.cuda.matmul, allow_tf32=on), _set(torch.backends.cudnn, allow_tf32=on):
+            yield
+
+
+@contextlib.contextmanager
+def _set(module: Any, **values: Any) -> Iterator[None]:
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
