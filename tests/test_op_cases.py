@@ -270,3 +270,27 @@ def test_a_yaml_file_outside_op_cases_is_collected_when_its_name_matches(pyteste
     result.stdout.fnmatch_lines(["op_cases_extra.yaml::neg[[]float32[]]", "1 test collected*"])
     custom = pytester.runpytest(".", "-p", "no:cacheprovider", "--collect-only", "-q", "--npu-precision-cases", "un*.yaml")
     custom.stdout.fnmatch_lines(["unrelated.yaml::unrelated.yaml", "1 test collected*"])
+
+
+def test_warnings_fail_op_cases_only_when_strict(pytester):
+    """--npu-precision-strict-warnings applies to op cases as to dump cases: status warning, and says why."""
+    import json
+
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".yaml", **{"op_cases/warned": """
+cases:
+  - op: Torch.add
+    dtypes: [float32]
+    inputs: [{shape: [16], range: [1, 2]}, {shape: [16], range: [1, 2]}]
+    limits: {error_bound: {max_bound_ratio: {error: 8, warning: 1.0e-9}}}
+    reason: any rounding at all warns
+"""})
+    options = ["op_cases", "-p", "no:cacheprovider", "--npu-precision-device", "cpu",
+               "--npu-precision-regressions", "none", "--npu-precision-report", "r"]
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+    strict = pytester.runpytest(*options, "--npu-precision-strict-warnings")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*max_bound_ratio = * > warning limit 1e-09 (error limit 8)  [[]warning[]]",
+                                 "warnings fail this run: --npu-precision-strict-warnings"])
+    [record] = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
+    assert record["status"] == "warning" and "warnings fail this run" in record["message"]

@@ -16,11 +16,12 @@ import torch
 
 from ..gating import GATE, KnownFailureRegression
 from ..report import RECORD, new_record, output_record
+from ..verdict import Status
 from .message import render_outcome
 from .regression import write_regression
 from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
 from .search import PROFILES, OpCaseSettings, Outcome, check_case
-from .run import case_seed
+from .run import ExampleResult, case_seed
 from .spec import BrokenCase, OpCase, dtype_name, op_label
 
 _SETTINGS = pytest.StashKey[OpCaseSettings]()
@@ -61,7 +62,7 @@ def settings_for(config: pytest.Config) -> OpCaseSettings:
         config.stash[_SETTINGS] = OpCaseSettings(
             device=run.device, golden=run.golden, rules=run.rules,
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
-            root=config.rootpath)
+            root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"))
     return config.stash[_SETTINGS]
 
 
@@ -116,7 +117,7 @@ def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> No
     __tracebackhide__ = True
     record = item.stash[RECORD]
     result = outcome.result
-    status = "pass" if outcome.passed else "input-error" if outcome.problem is not None else "error"
+    status = "pass" if outcome.passed else "input-error" if outcome.problem is not None else _failed_status(result)
     record.update(status=status, api=outcome.op_name, seconds=outcome.seconds, examples=outcome.examples,
                   notes=list(outcome.notes),
                   outputs=[output_record(o.name, o.verdict) for o in (result.outputs if result else ())])
@@ -129,6 +130,13 @@ def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> No
     if worse:
         raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
     raise (OpCaseUsageError if outcome.problem is not None else OpCaseFailure)(message)
+
+
+def _failed_status(result: ExampleResult | None) -> str:
+    """error, or warning when only warnings failed the example (--npu-precision-strict-warnings)."""
+    if result is None or result.problem is not None:
+        return "error"
+    return "warning" if all(o.verdict.status is Status.WARNING for o in result.failures) else "error"
 
 
 class OpCaseFile(pytest.File):

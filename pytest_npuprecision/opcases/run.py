@@ -53,10 +53,12 @@ class ExampleResult:
     notes: tuple[str, ...] = ()
     problem: str | None = None  # the op raised on the device, or device and golden results differ in structure
     seconds: float = 0.0
+    strict_warnings: bool = False  # warnings fail too
 
     @property
     def failures(self) -> tuple[OutputVerdict, ...]:
-        return tuple(o for o in self.outputs if o.verdict.status is Status.ERROR)
+        failing = (Status.ERROR, Status.WARNING) if self.strict_warnings else (Status.ERROR,)
+        return tuple(o for o in self.outputs if o.verdict.status in failing)
 
     @property
     def failed(self) -> bool:
@@ -179,7 +181,7 @@ def _reference_raises(target: Target, call: Call) -> bool:
 
 
 def run_example(case: OpCase, target: Target, call: Call, device: Backend | torch.device,
-                golden: Backend | None = None) -> ExampleResult:
+                golden: Backend | None = None, *, strict_warnings: bool = False) -> ExampleResult:
     """Run and judge one example; raise CaseSpecError when the inputs do not fit the op at all."""
     started = time.perf_counter()
     requires = call.requires_grad if call.requires_grad is not None else _differentiable(call)
@@ -206,4 +208,5 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
                                       accumulation=out.accumulation, rules=target.rules, notes=run.notes))
         for out in run.grads
     ]
-    return ExampleResult(tuple(outputs), run.notes, seconds=time.perf_counter() - started)
+    return ExampleResult(tuple(outputs), run.notes, seconds=time.perf_counter() - started,
+                         strict_warnings=strict_warnings)

@@ -54,6 +54,7 @@ class OpCaseSettings:
     regressions: Path | None = None  # where failing examples are written; None: nowhere
     root: Path = field(default_factory=Path.cwd)  # paths in messages and in regression files are relative to it
     golden: Backend = field(default_factory=lambda: Backend("cpu"))
+    strict_warnings: bool = False  # a warning fails an example too (--npu-precision-strict-warnings)
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
@@ -130,7 +131,9 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
         if case.fixed:
             try:
                 call = fixed_call(case, dtype)
-                return outcome(1, call=call, result=run_example(case, target_, call, settings.device, settings.golden))
+                result = run_example(case, target_, call, settings.device, settings.golden,
+                                     strict_warnings=settings.strict_warnings)
+                return outcome(1, call=call, result=result)
             except (CaseInputError, CaseSpecError) as exc:
                 return outcome(1, problem=str(exc))
         return _search(case, dtype, target_, settings, outcome)
@@ -147,7 +150,8 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
     def check(example: Call) -> None:
         count[0] += 1
         try:
-            result = run_example(case, target_, example, settings.device, settings.golden)
+            result = run_example(case, target_, example, settings.device, settings.golden,
+                                 strict_warnings=settings.strict_warnings)
         except CaseSpecError as exc:
             last.append((example, None, str(exc)))
             raise
