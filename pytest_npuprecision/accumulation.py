@@ -71,6 +71,54 @@ def _cumsum_length(args, kwargs) -> int:  # the last element sums the whole dim;
     return x.shape[_arg(args, kwargs, 1, "dim")] if x.dim() else 1
 
 
+class _CrossEntropy:
+    """What a fair cross_entropy kernel rounds, where cancellation makes it outgrow the result.
+
+    Each sample's loss is logsumexp(x) - x[target]: two terms of about |x| that cancel when the
+    prediction is confident (logits [2, 0] give 2.127 - 2 = 0.127). Its gradient softmax(x) - y
+    cancels the same way (0.982 - 1). So the error follows |logsumexp| + max |x| forward and p + y
+    backward, not the result. Ignored targets add nothing; class weights scale the others.
+    """
+
+    def __init__(self, args, kwargs):
+        self.x = _input(args, kwargs).detach().double()
+        self.target = _arg(args, kwargs, 1, "target")
+        self.reduction = _arg(args, kwargs, 6, "reduction", default="mean")
+        self.smoothing = float(_arg(args, kwargs, 7, "label_smoothing", default=0.0) or 0.0)
+        self.class_dim = 1 if self.x.dim() > 1 else 0
+        self.share = torch.ones_like(self.x.sum(self.class_dim))  # each sample's weight in the reduction
+        if self.indices:
+            weight = _arg(args, kwargs, 2, "weight")
+            valid = (self.target != _arg(args, kwargs, 4, "ignore_index", default=-100)).to(self.x.device)
+            self.share = valid.double() if weight is None else \
+                torch.where(valid, weight.detach().double().to(self.x.device)[self.target.clamp(min=0)], 0.0)
+
+    @property
+    def indices(self) -> bool:
+        return isinstance(self.target, torch.Tensor) and not self.target.is_floating_point()
+
+    def _scaled(self, per_sample: torch.Tensor) -> torch.Tensor:
+        """Per-sample magnitudes through the reduction: each sample's terms weigh share / total."""
+        if self.reduction == "mean":
+            return per_sample * self.share / self.share.sum().clamp(min=1.0)
+        return per_sample * self.share
+
+    def forward(self) -> torch.Tensor:
+        terms = self._scaled(self.x.logsumexp(self.class_dim).abs() + self.x.abs().amax(self.class_dim))
+        return terms if self.reduction == "none" else terms.square().sum().sqrt()
+
+    def input_grad(self, cotangent: torch.Tensor) -> torch.Tensor:
+        probabilities = self.x.softmax(self.class_dim)
+        if self.indices:
+            y = torch.nn.functional.one_hot(self.target.clamp(min=0).to(self.x.device), self.x.shape[self.class_dim])
+            y = y.movedim(-1, self.class_dim).double()
+        else:
+            y = self.target.detach().double().abs().to(self.x.device)
+        y = (1 - self.smoothing) * y + self.smoothing / self.x.shape[self.class_dim]
+        g = cotangent.detach().double().abs().to(self.x.device)
+        return (probabilities + y) * self._scaled(g).unsqueeze(self.class_dim)
+
+
 @dataclass(frozen=True)
 class AccumulationRule:
     """How one op accumulates. ``length`` reads the op's own (golden-side) arguments."""
@@ -81,6 +129,10 @@ class AccumulationRule:
     mean: bool = False  # divides its sum by the length, so the terms are x_i / K
     roundings: int = 0  # intermediate results a fair kernel rounds to the output dtype
     backward_length: Callable[[Sequence[Any], Mapping[str, Any]], int] | None = None
+    # per output element, the L2 norm of the intermediates a fair kernel rounds, where they outgrow the
+    # result; and the same for the first input's gradient, given the output's gradient
+    term_norm: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
+    input_grad_term_norm: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], torch.Tensor] | None = None
 
 
 _MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
@@ -110,7 +162,9 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "group_norm": AccumulationRule(_group_norm_length),
     "batch_norm": AccumulationRule(_batch_norm_length),
     # Upper estimates: the log-sum-exp over classes and the mean over the batch.
-    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel())),
+    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel()),
+                                      term_norm=lambda a, k: _CrossEntropy(a, k).forward(),
+                                      input_grad_term_norm=lambda a, k, g: _CrossEntropy(a, k).input_grad(g)),
     "nll_loss": AccumulationRule(_loss_length(6, per_sample=lambda x: 1,
                                               total=lambda x: x.numel() // _class_count(x))),
     "mse_loss": AccumulationRule(_loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),

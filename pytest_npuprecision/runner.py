@@ -346,6 +346,13 @@ def _squared_outputs(op: ResolvedOp, args, kwargs, side: _Side, cotangents=None,
 def _forward_accumulation(op, args, kwargs, golden: _Side, notes: list[str]) -> Accumulation:
     rule = ACCUMULATION_RULES.get(op.base_name)
     length = _forward_length(op, rule, args, kwargs, notes)
+    if rule is not None and rule.term_norm is not None:
+        try:
+            norm = rule.term_norm(_rule_args(op, args), kwargs).to(golden.device)
+        except Exception as exc:
+            notes.append(f"term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+            norm = None
+        return Accumulation(length, norm, roundings=rule.roundings)
     if rule is None or not rule.squared:
         return Accumulation(length, roundings=rule.roundings) if rule and rule.roundings \
             else Accumulation(length)
@@ -395,6 +402,12 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
         else:
             length = max(k_forward if rule else 1, math.ceil(out_numel / numel))
         norm = norms.get(f"grad.{path}")
+        if norm is None and rule is not None and rule.input_grad_term_norm is not None \
+                and path in ("input_args[0]", "input_kwargs['input']") and "output.0" in cotangents:
+            try:
+                norm = rule.input_grad_term_norm(_rule_args(op, args), kwargs, cotangents["output.0"]).to(golden.device)
+            except Exception as exc:
+                notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
         if norm is None and length > 1:
             norm = _broadcast_term_norm(op, args, kwargs, golden, path, cotangents)
         result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm)
