@@ -20,21 +20,27 @@ from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties
 from .rules import Rules
+from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 
 _SETTINGS = pytest.StashKey[Settings]()
+
+
+# Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
+VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
+                    "npu_precision_rules": None}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("npuprecision", "single-operator precision checks of msprobe dumps")
     group.addoption("--npu-precision", action="append", default=[], metavar="DUMP",
                     help="a dump.json, rank, step or dump root folder: each API call becomes a test")
-    group.addoption("--npu-precision-device", default="auto", metavar="DEVICE",
+    group.addoption("--npu-precision-device", default=VERDICT_DEFAULTS["npu_precision_device"], metavar="DEVICE",
                     help="device under test: auto (npu, else cuda, else cpu), cpu, cuda[:N], npu[:N], "
                          "module:object (a Backend) or an installed backend's name")
-    group.addoption("--npu-precision-golden", default="cpu", metavar="DEVICE",
+    group.addoption("--npu-precision-golden", default=VERDICT_DEFAULTS["npu_precision_golden"], metavar="DEVICE",
                     help="where the float64 golden runs: cpu (default) or cuda[:N]")
-    group.addoption("--npu-precision-baseline", default="none", metavar="DEVICE|FILE",
+    group.addoption("--npu-precision-baseline", default=VERDICT_DEFAULTS["npu_precision_baseline"], metavar="DEVICE|FILE",
                     help="baseline for the benchmark standard: none (default), a device running the same "
                          "dtype (cpu, cuda[:N], module:object), or a file written by --npu-precision-record")
     group.addoption("--npu-precision-record", default=None, metavar="FILE",
@@ -44,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="let a cuda golden or baseline use TF32 (off by default: it is less precise)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
-    group.addoption("--npu-precision-rules", default=None, metavar="FILE",
+    group.addoption("--npu-precision-rules", default=VERDICT_DEFAULTS["npu_precision_rules"], metavar="FILE",
                     help="YAML overrides of the threshold and op tables")
     gating.add_options(group)
     opcases.add_options(group)
@@ -96,9 +102,7 @@ def settings_for(config: pytest.Config) -> Settings:
 def rerun_options(config: pytest.Config) -> list[str]:
     """The options that shaped a verdict, for a rerun command that reaches the same one from anywhere."""
     words = []
-    defaults = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
-                "npu_precision_rules": None}
-    for name, default in defaults.items():
+    for name, default in VERDICT_DEFAULTS.items():
         value = config.getoption(name)
         if value != default:
             words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).is_file() else value]
@@ -218,9 +222,7 @@ class DumpCaseItem(pytest.Item):
             self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad))
             raise
         self.stash[RECORD] = record = case_record(self.case, settings, result=result)
-        strict = self.config.getoption("npu_precision_strict_warnings")
-        failing = [o for o in result.outputs
-                   if o.verdict.status is Status.ERROR or (strict and o.verdict.status is Status.WARNING)]
+        failing = failing_outputs(result.outputs, self.config.getoption("npu_precision_strict_warnings"))
         if not failing:
             return
         gate = self.config.stash.get(gating.GATE, None)
@@ -233,7 +235,7 @@ class DumpCaseItem(pytest.Item):
     def _message(self, failing: list[OutputVerdict]) -> str:
         parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
         if any(out.verdict.status is Status.WARNING for out in failing):
-            parts.append("warnings fail this run: --npu-precision-strict-warnings")
+            parts.append(STRICT_WARNINGS_NOTE)
         # An absolute file path works from any directory, unlike a rootdir-relative node id.
         node = f"{self.path.resolve()}::{self.name}"
         rerun = shlex.join(["pytest", "--npu-precision", str(self.path.resolve()), *rerun_options(self.config), node])

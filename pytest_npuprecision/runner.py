@@ -409,12 +409,12 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
             except Exception as exc:
                 notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
         if norm is None and length > 1:
-            norm = _broadcast_term_norm(op, args, kwargs, golden, path, cotangents)
+            norm = _broadcast_term_norm(op, args, kwargs, golden, path, inputs[path].shape, cotangents)
         result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm)
     return result
 
 
-def _broadcast_term_norm(op, args, kwargs, side: _Side, path: str,
+def _broadcast_term_norm(op, args, kwargs, side: _Side, path: str, shape: torch.Size,
                          cotangents: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
     """Term norms of a broadcast input's gradient, or None when the input was not broadcast.
 
@@ -426,7 +426,6 @@ def _broadcast_term_norm(op, args, kwargs, side: _Side, path: str,
     """
     try:
         target = torch.broadcast_shapes(*(g.shape for g in cotangents.values()))
-        shape = _tensor_paths(args, kwargs)[path].shape
         if shape.numel() == target.numel() or torch.broadcast_shapes(shape, target) != target:
             return None
         expanded_args, expanded_kwargs = _prepare(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 FAILING = ("error", "input-error", "harness-error")
 STATUS_ORDER = ("error", "harness-error", "input-error", "warning", "pass", "skip")
@@ -22,6 +22,15 @@ def is_failing(record: dict, strict_warnings: bool = False) -> bool:
 def failing_statuses(strict_warnings: bool = False) -> tuple[str, ...]:
     """The statuses of the checks that make a case fail."""
     return ("error", "warning") if strict_warnings else ("error",)
+
+
+def failing_outputs(outputs: Iterable[Any], strict_warnings: bool = False) -> list[Any]:
+    """The judged outputs (each with a ``verdict``) that make their case fail."""
+    statuses = failing_statuses(strict_warnings)
+    return [o for o in outputs if o.verdict.status.value in statuses]
+
+
+STRICT_WARNINGS_NOTE = "warnings fail this run: --npu-precision-strict-warnings"
 
 
 def failing_checks(output: dict, strict_warnings: bool = False) -> list[dict]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..summary import STRICT_WARNINGS_NOTE
 from ..verdict import Status, render_message
 from .run import case_seed
 from .search import OpCaseSettings, Outcome
@@ -78,7 +79,7 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
     if result is not None:
         lines += [f"{out.name}: {render_message(out.verdict)}" for out in result.failures]
         if any(out.verdict.status is Status.WARNING for out in result.failures):
-            lines.append("warnings fail this run: --npu-precision-strict-warnings")
+            lines.append(STRICT_WARNINGS_NOTE)
     lines += [f"note: {note}" for note in outcome.notes]
     seed = f", output gradients from seed {case_seed(case)}" if case.backward else ""
     lines.append(f"device {settings.device.name} vs golden: {reference_label} on {settings.golden.name}{seed}")

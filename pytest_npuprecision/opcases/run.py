@@ -20,9 +20,9 @@ from ..cases import OutputVerdict
 from ..judge import judge
 from ..ops import ResolvedOp, resolve
 from ..rules import Rules
-from ..summary import excess
+from ..summary import excess, failing_outputs
 from ..runner import OpExecutionError, run_call
-from ..verdict import Check, Status, Verdict
+from ..verdict import Check, Verdict
 from .registry import CustomOp, entry_point_errors, registered_op
 from .schema import SchemaError
 from .spec import Call, OpCase, op_label
@@ -57,8 +57,7 @@ class ExampleResult:
 
     @property
     def failures(self) -> tuple[OutputVerdict, ...]:
-        failing = (Status.ERROR, Status.WARNING) if self.strict_warnings else (Status.ERROR,)
-        return tuple(o for o in self.outputs if o.verdict.status in failing)
+        return tuple(failing_outputs(self.outputs, self.strict_warnings))
 
     @property
     def failed(self) -> bool:
