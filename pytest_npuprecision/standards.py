@@ -7,6 +7,7 @@ the reverse, is an error whatever the other metrics say.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -172,6 +173,25 @@ class ErrorBound(Standard):
 
 def _at_least(limit: Limit, floor: float) -> Limit:
     return Limit(max(limit.error, floor), None if limit.warning is None else max(limit.warning, floor))
+
+
+def beside_baseline(own: Standard, m: Metrics, baseline: Metrics, limits: dict[str, Limit],
+                    floor: float) -> tuple[list[Check], list[str]]:
+    """The op's own standard, judged next to the benchmark ratios.
+
+    The ratios alone let one wrong element hide under a baseline whose own errors are wide. So the
+    device must still meet every limit of its own standard that the baseline meets: a baseline
+    forgives only what it needs forgiven itself. Each limit the baseline breaks is left to the
+    ratios, and said so in a note.
+    """
+    kept, forgiven = [], []
+    for device, base in zip(own.checks(m, limits, None, floor), own.checks(baseline, limits, None, floor)):
+        if base.status is Status.ERROR and device.status is not Status.PASS:
+            forgiven.append(f"{own.name}'s {device.describe()} is forgiven: the baseline's is {base.value:.6g}, "
+                            f"past the limit too, so the benchmark ratios alone judge it")
+        else:
+            kept.append(dataclasses.replace(device, baseline=base.value))
+    return kept, forgiven
 
 
 STANDARDS: tuple[Standard, ...] = (Binary(), Benchmark(), AbsoluteThreshold(), Ulp(), Thousandth(), ErrorBound())

@@ -28,7 +28,7 @@ class Check:
     limit: float
     status: Status
     upper: bool = True
-    baseline: float | None = None  # the baseline's own value, for ratio metrics
+    baseline: float | None = None  # the baseline's own value of the metric (or of the ratio's numerator)
     warning: float | None = None  # the warning limit, where the table gives one
 
     @property

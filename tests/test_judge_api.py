@@ -26,9 +26,13 @@ def test_failure_message_format_is_stable():
 def test_passing_message_lists_every_check_and_the_baseline():
     verdict = judge(X, OFF, op="Tensor.__add__", baseline=X)
     text = render_message(verdict)
-    assert text.splitlines()[0] == "Tensor.__add__ [float16, 3]: pass by the benchmark standard"
+    assert text.splitlines()[0] == "Tensor.__add__ [float16, 3]: pass by the benchmark+error_bound standard"
     assert "  rmse_ratio = 1 <= limit 2 (baseline 0.0057735)" in text
-    assert text.endswith("worst element [2]: actual 3, golden 3.01, baseline 3\n  compared: actual vs golden and baseline vs golden")
+    assert "worst element [2]: actual 3, golden 3.01, baseline 3\n  compared: actual vs golden and baseline vs golden" in text
+    # The op's own standard judges beside the ratios, except where the baseline breaks it too.
+    assert "  max_bound_ratio = 3.40175 <= limit 8 (baseline 3.40175)" in text
+    assert text.endswith("  note: error_bound's mean_bound_ratio = 1.13392 > limit 1 is forgiven: the baseline's is "
+                         "1.13392, past the limit too, so the benchmark ratios alone judge it")
 
 
 def test_nan_gate_message_points_at_the_nan():
@@ -49,7 +53,7 @@ def test_assert_precise_raises_with_the_message_and_returns_passing_verdicts():
     "op, dtype, baseline, standard",
     [
         ("Functional.gelu.0.forward", torch.float16, False, "error_bound"),
-        ("Functional.gelu.0.forward", torch.float16, True, "benchmark"),
+        ("Functional.gelu.0.forward", torch.float16, True, "benchmark+error_bound"),
         ("Tensor.__imul__", torch.float32, False, "absolute"),
         ("Tensor.mul_.3.forward", torch.float32, False, "absolute"),
         ("Tensor.__rmul__", torch.float32, False, "absolute"),

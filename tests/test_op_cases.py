@@ -80,7 +80,7 @@ def test_a_dump_judges_a_custom_op_by_its_registered_standard_or_its_twins_row(t
                  for case in dump.cases}
     assert standards == {"Custom.my_exp.0": "ulp", "Custom.my_gelu.0": "error_bound", "Custom.plain.0": "error_bound"}
     with_baseline = Settings(device=CPU, baseline=Backend("cpu"))
-    assert run_case(dump.cases[0], dump.data_dir, with_baseline).outputs[0].verdict.standard == "benchmark"
+    assert run_case(dump.cases[0], dump.data_dir, with_baseline).outputs[0].verdict.standard == "benchmark+ulp"
 
 
 def test_registering_again_replaces_the_same_function_and_refuses_another():

@@ -16,6 +16,8 @@ from pytest_npuprecision.arguments import CallInputs
 
 DUMP = FIXTURES / "mlp_tensor"  # two steps, 46 cases, every one judged
 CPU = Backend("cpu").info().device_name
+BENCHMARK_RATIOS = ("small_value_err_ratio", "rmse_ratio", "max_rel_err_ratio", "mean_rel_err_ratio",
+                    "error_balance_ratio")
 GELU = ["step0/rank0::Functional.gelu.0.backward", "step0/rank0::Functional.gelu.0.forward",
         "step1/rank0::Functional.gelu.0.backward", "step1/rank0::Functional.gelu.0.forward"]
 
@@ -132,19 +134,22 @@ def test_a_run_compared_with_its_own_recording_passes_by_the_benchmark_standard(
     result.stdout.fnmatch_lines([f"npu-precision: device cpu (*), golden cpu float64, baseline {label}, seed *"])
 
     recording = records(pytester.path / "rec")
-    standards = {"benchmark": 0, "binary": 0}
+    standards = {"benchmark+error_bound": 0, "binary": 0}
     for case_id, case in cases.items():
         assert (case["baseline"], case["baseline_state"]) == (label, "recorded")
         assert case["fingerprint"] == first["cases"][case_id]["fingerprint"]
         for output, before in zip(case["outputs"], recording[case_id]["outputs"], strict=True):
             # binary ops stay bit-exact checks; every other float output is judged against the recording
-            assert output["standard"] == ("binary" if before["standard"] == "binary" else "benchmark")
+            # the benchmark ratios, next to the error bound the recording met too
+            assert output["standard"] == ("binary" if before["standard"] == "binary" else "benchmark+error_bound")
             standards[output["standard"]] += 1
-            if output["standard"] == "benchmark":
-                ratios = [c for c in output["checks"] if c["metric"].endswith("_ratio")]
+            if output["standard"] != "binary":
+                ratios = [c for c in output["checks"] if c["metric"] in BENCHMARK_RATIOS]
                 assert len(ratios) == 5 and all(c["baseline"] is not None and c["value"] <= 1 for c in ratios)
-    assert standards["benchmark"] > 50
-    result.stdout.fnmatch_lines([f"outputs by standard: benchmark {standards['benchmark']} pass; "
+                own = {c["metric"] for c in output["checks"]} - set(BENCHMARK_RATIOS) - {"nonfinite_mismatch"}
+                assert own == {"max_bound_ratio", "mean_bound_ratio", "bound_bias", "magnitude_bound_bias"}
+    assert standards["benchmark+error_bound"] > 50
+    result.stdout.fnmatch_lines([f"outputs by standard: benchmark+error_bound {standards['benchmark+error_bound']} pass; "
                                  f"binary {standards['binary']} pass"])
 
 
@@ -155,7 +160,7 @@ def test_a_parallel_run_compares_with_and_records_the_file_a_serial_one_does(pyt
     result = run(pytester, "--npu-precision-baseline", "serial.json", "--npu-precision-record", "parallel.json",
                  "-n", "2", dump=dump)
     result.assert_outcomes(passed=69)
-    result.stdout.fnmatch_lines(["outputs by standard: benchmark 84 pass; binary 6 pass"])
+    result.stdout.fnmatch_lines(["outputs by standard: benchmark+error_bound 84 pass; binary 6 pass"])
     assert (pytester.path / "parallel.json").read_text() == (pytester.path / "serial.json").read_text()
 
 
@@ -173,11 +178,11 @@ def test_a_recorded_baseline_catches_a_worse_device(pytester):
     assert failed_ids(pytester.path / "r") == GELU
     for case_id in GELU:
         (output,) = records(pytester.path / "r")[case_id]["outputs"]
-        assert output["standard"] == "benchmark"
+        assert output["standard"] == "benchmark+error_bound"
         failing = {c["metric"] for c in output["checks"] if c["status"] == "error"}
         assert "rmse_ratio" in failing and "mean_rel_err_ratio" in failing
     result.stdout.fnmatch_lines([
-        "output.0: Functional.gelu.0.forward [[]float32, 8x32]: error by the benchmark standard",
+        "output.0: Functional.gelu.0.forward [[]float32, 8x32]: error by the benchmark+error_bound standard",
         "  rmse_ratio = * > limit 1.2 (baseline *)  [[]error]",
         "*compared: actual vs golden and baseline vs golden",
         "case step0/rank0::Functional.gelu.0.forward, seed *, device biased-gelu vs golden cpu float64, "
