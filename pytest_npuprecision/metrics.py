@@ -14,6 +14,9 @@ import torch
 
 from .dtypes import FloatFormat, float_format
 
+# An element whose golden is below this share of the L2 norm of its summed terms has cancelled
+# four bits or more: its |error| / |golden| measures the cancellation, not the kernel.
+CANCELLED = 2.0**-4
 _MIN_CHUNK = 1 << 16
 _MAX_CHUNK = 1 << 20
 
@@ -24,7 +27,8 @@ class Accumulation:
 
     length: the reduction length K (1 for elementwise ops).
     term_norm: optional, broadcastable to the output: per output element, the L2 norm of the K
-        terms that were summed, e.g. ``sqrt((a * a) @ (b * b))`` for ``a @ b``.
+        terms that were summed, e.g. ``sqrt((a * a) @ (b * b))`` for ``a @ b``. It scales the
+        bound, and keeps elements that cancelled out of the relative-error metrics.
     roundings: how many intermediate results a fair implementation rounds to the output dtype
         (attention rounds its probabilities before multiplying by V); each adds u·scale.
     """
@@ -72,7 +76,7 @@ class Metrics:
     max_abs_err: float
     mean_abs_err: float
     rmse: float
-    max_rel_err: float  # over normal values, |golden| >= small_value
+    max_rel_err: float  # over normal values: |golden| >= small_value, and not cancelled (see CANCELLED)
     mean_rel_err: float
     normal_count: int
     small_count: int
@@ -238,6 +242,8 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
     if not all_finite:
         small &= both
     normal = ~small if all_finite else both & ~small
+    if term_norm is not None:  # relative errors only where the sum did not cancel
+        normal &= abs_g >= CANCELLED * term_norm
     rel = abs_err / abs_g.clamp(min=params.small_value) * normal
 
     if fmt is not None:

@@ -136,6 +136,21 @@ def test_term_norm_and_length_scale_the_bound():
     assert rounded.max_bound_ratio == pytest.approx(2**-20 / (bound + 2 * u * (3.0 + golden[0].item())))
 
 
+def test_relative_errors_skip_elements_whose_sum_cancelled():
+    """|error| / |golden| where the golden is 1/16 of its terms' norm or less measures the
+    cancellation, not the kernel: such elements leave the relative metrics and keep the rest."""
+    golden = torch.tensor([1.0, 0.01, 2.0], dtype=torch.float64)
+    actual = torch.tensor([1.0 + 2**-20, 0.01 + 2**-16, 2.0])
+    norm = torch.tensor([4.0, 4.0, 4.0], dtype=torch.float64)  # 0.01 is 1/400 of its terms: cancelled
+    judged = metrics(actual, golden, Accumulation(length=16, term_norm=norm))
+    assert judged.normal_count == 2
+    assert judged.max_rel_err == pytest.approx(2**-20, rel=1e-3)
+    every = metrics(actual, golden)  # no term norms: nothing is known to have cancelled
+    assert every.normal_count == 3
+    assert every.max_rel_err == pytest.approx((actual[1].double() - 0.01).abs().item() / 0.01)
+    assert judged.rmse == every.rmse  # the absolute metrics keep every element
+
+
 def test_chunked_metrics_equal_whole_tensor_formulas():
     """Big enough for several chunks; the worst elements sit in different chunks."""
     n = 3 * (1 << 20) + 5
