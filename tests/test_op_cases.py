@@ -133,7 +133,7 @@ def test_entry_points_register_ops_and_a_broken_one_is_reported(monkeypatch):
 
 
 def settings(tmp_path, **kwargs) -> OpCaseSettings:
-    return OpCaseSettings(device=CPU, regressions=tmp_path / "regressions", root=tmp_path, **kwargs)
+    return OpCaseSettings(**{"device": CPU, **kwargs}, regressions=tmp_path / "regressions", root=tmp_path)
 
 
 def test_a_fair_op_passes_its_search(tmp_path):
@@ -238,6 +238,44 @@ def test_python_cases_search_judge_and_keep_regressions(pytester, monkeypatch):
     [regression] = (pytester.path / "op_cases" / "regressions").glob("*.yaml")
     assert "found_by: test_silu.py::test_sloppy_silu[float32]" in regression.read_text()
     pytester.runpytest("-p", "no:cacheprovider", str(regression)).assert_outcomes(failed=1)
+
+
+def test_a_live_baseline_judges_op_cases_beside_their_own_standard(tmp_path):
+    from faulty_backend import Fault, FaultyBackend
+
+    case = OpCase("mm", "Torch.matmul", (torch.float32,), "cases.yaml",
+                  inputs=(TensorSpec(shape=(16, 256)), TensorSpec(shape=(256, 16))))
+    noisy = FaultyBackend({"Torch.matmul": Fault("noise", 4)})  # within the error bound's fair error
+    assert check_case(case, torch.float32, settings(tmp_path, device=noisy)).passed
+    with_baseline = settings(tmp_path, device=noisy, baseline=Backend("cpu"))
+    outcome = check_case(case, torch.float32, with_baseline)
+    assert not outcome.passed
+    [output] = outcome.result.outputs
+    assert output.verdict.standard == "benchmark+error_bound"
+    assert "rmse_ratio" in {c.metric for c in output.verdict.failures}
+    message = render_outcome(outcome, with_baseline, outcome.op_name, outcome.reference_label)
+    assert message.endswith("device faulty-cpu vs golden: the op itself in float64 on cpu, baseline cpu same dtype")
+
+
+def test_a_baseline_that_errs_as_the_device_does_forgives_it_and_says_so(tmp_path):
+    register_op("plus_one", plus_one, reference=identity)
+    case = OpCase("shifted", "plus_one", (torch.float32,), "cases.yaml", inputs=(TensorSpec(shape=(2,), range=(1, 4)),),
+                  max_examples=5)
+    assert not check_case(case, torch.float32, settings(tmp_path)).passed
+    outcome = check_case(case, torch.float32, settings(tmp_path, baseline=Backend("cpu")))
+    assert outcome.passed, outcome.problem
+
+
+def test_op_cases_say_a_recorded_baseline_is_not_theirs(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".yaml", **{"op_cases/tiny": "cases:\n  - {op: Torch.neg, dtypes: [float32], inputs: [{shape: [3]}]}"})
+    pytester.makefile(".json", base='{"format": "pytest-npuprecision record", "version": 1, "device": {}, '
+                                    '"golden": "cpu float64", "cases": {}}')
+    result = pytester.runpytest("op_cases", "-p", "no:cacheprovider", "--npu-precision-device", "cpu",
+                                "--npu-precision-baseline", "base.json", "--npu-precision-regressions", "none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["npu-precision op cases: * device cpu vs golden cpu float64 (the recorded baseline "
+                                 "holds dump cases only: op cases run without it), failing examples written to nowhere"])
 
 
 def test_the_header_names_the_profile_and_none_writes_no_regressions(pytester):

@@ -94,7 +94,8 @@ BAD_CASES = [
     ("limits: {error_bound: {max_ulp_err: 16}}\n    reason: why", "field limits.error_bound.max_ulp_err: is not a "
      "metric of error_bound: use bound_bias, magnitude_bound_bias, max_bound_ratio, mean_bound_ratio"),
     ("standard: benchmark", "field standard: 'benchmark' is not a standard op cases use: use one of binary, "
-                            "absolute, ulp, thousandth, error_bound (benchmark needs a baseline, which op cases do not have)"),
+                            "absolute, ulp, thousandth, error_bound (benchmark is no case's own standard: it "
+                            "judges beside one when the run has a live --npu-precision-baseline)"),
     ("roundings: 1", "field reason: is missing: a case that sets roundings must say which intermediates its kernel "
                      "rounds, in reason:"),
     ("backward: yes please", "field backward: 'yes please' is not true or false: write true or false"),

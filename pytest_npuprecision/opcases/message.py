@@ -82,7 +82,9 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
             lines.append(STRICT_WARNINGS_NOTE)
     lines += [f"note: {note}" for note in outcome.notes]
     seed = f", output gradients from seed {case_seed(case)}" if case.backward else ""
-    lines.append(f"device {settings.device.name} vs golden: {reference_label} on {settings.golden.name}{seed}")
+    baseline = "" if settings.baseline is None else f", baseline {settings.baseline.name} same dtype"
+    golden = f"{reference_label} on {settings.golden.name}"
+    lines.append(f"device {settings.device.name} vs golden: {golden}{baseline}{seed}")
     if outcome.regression is not None:
         where = _relative(outcome.regression, settings.root)
         lines.append(f"regression case written: {where} (rerun it alone: pytest {where})")

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 import torch
 
+from ..backends import Backend
 from ..gating import GATE, KnownFailureRegression
 from ..report import RECORD, new_record, output_record
 from ..verdict import Status
@@ -61,6 +62,7 @@ def settings_for(config: pytest.Config) -> OpCaseSettings:
             regressions = config.invocation_params.dir / folder
         config.stash[_SETTINGS] = OpCaseSettings(
             device=run.device, golden=run.golden, rules=run.rules,
+            baseline=run.baseline if isinstance(run.baseline, Backend) else None,  # a file holds dump cases
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
             root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"))
     return config.stash[_SETTINGS]
@@ -109,7 +111,9 @@ def _start_record(item: pytest.Item, case: OpCase, settings: OpCaseSettings) -> 
     item.stash[RECORD] = new_record(
         kind="op_case", case_id=item.nodeid, key=item.name, api=op_label(case.op) or "?",
         direction="backward" if case.backward else "forward", order=0, location=case.source, source=case.source,
-        seed=case_seed(case), device=settings.device.name, golden=f"{settings.golden.name} float64")
+        seed=case_seed(case), device=settings.device.name, golden=f"{settings.golden.name} float64",
+        baseline="none" if settings.baseline is None else f"{settings.baseline.name} same dtype")
+    item.stash[RECORD]["baseline_state"] = "none" if settings.baseline is None else "live"
 
 
 def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> None:
@@ -197,8 +201,12 @@ class _Reporter:
         settings = settings_for(config)
         profile = settings.profile
         where = settings.regressions if settings.regressions is not None else "nowhere"
+        from ..plugin import settings_for as run_settings
+
+        unused = "" if settings.baseline is not None or run_settings(config).baseline is None else (
+            " (the recorded baseline holds dump cases only: op cases run without it)")
         return (f"npu-precision op cases: profile {profile.name} ({profile.description}), device "
-                f"{settings.device.name} vs golden {settings.golden.name} float64, failing examples written to {where}")
+                f"{settings.compared}{unused}, failing examples written to {where}")
 
 
 # ---------------------------------------------------------------- Python cases

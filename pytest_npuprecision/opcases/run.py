@@ -43,8 +43,7 @@ class Target:
     op: ResolvedOp
     reference: Callable[..., Any] | None  # None: the op itself on the golden
     reference_label: str
-    standard: str | None  # forces the forward standard of float outputs
-    rules: Rules
+    rules: Rules  # the tables, with the case's standard, limits and roundings for its op
 
 
 @dataclass(frozen=True)
@@ -141,15 +140,16 @@ def prepare(case: OpCase, rules: Rules) -> Target:
     elif op.reference is not None:
         reference, reference_label = op.reference, f"{op_label(op.reference)} in float64"
     standard = case.standard or (custom.standard if custom is not None else None)
-    return Target(op, reference, reference_label, standard, _case_rules(rules, op, case))
+    return Target(op, reference, reference_label, _case_rules(rules, op, case, standard))
 
 
-def _case_rules(rules: Rules, op: ResolvedOp, case: OpCase) -> Rules:
+def _case_rules(rules: Rules, op: ResolvedOp, case: OpCase, standard: str | None) -> Rules:
     """The tables, with the op's row (its built-in twin's, for a custom op with ``like``) under the
-    op's own name, plus the case's own limits and roundings."""
-    if not op.like and not case.limits and case.roundings is None:
+    op's own name, plus the case's own forward standard, limits and roundings. In the table, not
+    forced: a baseline's ratios then judge beside that standard."""
+    if not op.like and not case.limits and case.roundings is None and standard is None:
         return rules
-    return rules.with_twin(op.api_name, op.like, limits=case.limits, roundings=case.roundings)
+    return rules.with_twin(op.api_name, op.like, standard=standard, limits=case.limits, roundings=case.roundings)
 
 
 # ---------------------------------------------------------------- one example
@@ -180,12 +180,15 @@ def _reference_raises(target: Target, call: Call) -> bool:
 
 
 def run_example(case: OpCase, target: Target, call: Call, device: Backend | torch.device,
-                golden: Backend | None = None, *, strict_warnings: bool = False) -> ExampleResult:
-    """Run and judge one example; raise CaseSpecError when the inputs do not fit the op at all."""
+                golden: Backend | None = None, baseline: Backend | None = None, *,
+                strict_warnings: bool = False) -> ExampleResult:
+    """Run and judge one example (against a live baseline too, if given); raise CaseSpecError when
+    the inputs do not fit the op at all."""
     started = time.perf_counter()
     requires = call.requires_grad if call.requires_grad is not None else _differentiable(call)
     try:
-        run = run_call(target.op, call.args, call.kwargs, device=device, golden=golden, backward=case.backward,
+        run = run_call(target.op, call.args, call.kwargs, device=device, golden=golden, baseline=baseline,
+                       backward=case.backward,
                        requires_grad=requires if case.backward else (), seed=case_seed(case),
                        reference=target.reference)
     except OpExecutionError as exc:
@@ -197,13 +200,12 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
         return ExampleResult(notes=run.notes, problem=run.error, seconds=time.perf_counter() - started)
     name = target.op.api_name
     outputs = [
-        OutputVerdict(out.name, judge(out.actual, out.golden, op=name, accumulation=out.accumulation,
-                                      standard=target.standard if out.actual.is_floating_point() else None,
-                                      rules=target.rules, notes=run.notes))
+        OutputVerdict(out.name, judge(out.actual, out.golden, baseline=out.baseline, op=name,
+                                      accumulation=out.accumulation, rules=target.rules, notes=run.notes))
         for out in run.outputs
     ]
     outputs += [
-        OutputVerdict(out.name, judge(out.actual, out.golden, op=f"{name}.0.backward",
+        OutputVerdict(out.name, judge(out.actual, out.golden, baseline=out.baseline, op=f"{name}.0.backward",
                                       accumulation=out.accumulation, rules=target.rules, notes=run.notes))
         for out in run.grads
     ]

@@ -374,7 +374,8 @@ def parse_standard(raw: Any) -> str | None:
     choices = [s for s in STANDARD_NAMES if s != "benchmark"]
     if raw is not None and raw not in choices:
         raise SchemaError("standard", f"{raw!r} is not a standard op cases use: use one of {', '.join(choices)} "
-                                      f"(benchmark needs a baseline, which op cases do not have)")
+                                      f"(benchmark is no case's own standard: it judges beside one when the run "
+                                      f"has a live --npu-precision-baseline)")
     return raw
 
 

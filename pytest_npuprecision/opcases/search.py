@@ -56,6 +56,13 @@ class OpCaseSettings:
     root: Path = field(default_factory=Path.cwd)  # paths in messages and in regression files are relative to it
     golden: Backend = field(default_factory=lambda: Backend("cpu"))
     strict_warnings: bool = False  # a warning fails an example too (--npu-precision-strict-warnings)
+    baseline: Backend | None = None  # a live device running each example in its dtype too
+
+    @property
+    def compared(self) -> str:
+        """'cpu vs golden cpu float64, baseline cuda:0 same dtype'."""
+        baseline = "" if self.baseline is None else f", baseline {self.baseline.name} same dtype"
+        return f"{self.device.name} vs golden {self.golden.name} float64{baseline}"
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
@@ -132,7 +139,7 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
         if case.fixed:
             try:
                 call = fixed_call(case, dtype)
-                result = run_example(case, target_, call, settings.device, settings.golden,
+                result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
                                      strict_warnings=settings.strict_warnings)
                 return outcome(1, call=call, result=result)
             except (CaseInputError, CaseSpecError) as exc:
@@ -151,7 +158,7 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
     def check(example: Call) -> None:
         count[0] += 1
         try:
-            result = run_example(case, target_, example, settings.device, settings.golden,
+            result = run_example(case, target_, example, settings.device, settings.golden, settings.baseline,
                                  strict_warnings=settings.strict_warnings)
         except CaseSpecError as exc:
             last.append((example, None, str(exc)))
