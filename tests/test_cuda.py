@@ -112,11 +112,21 @@ def test_running_pins_tf32_for_golden_and_baseline_and_restores_it(monkeypatch, 
             inside = (*_tf32_flags(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
                       torch.are_deterministic_algorithms_enabled())
         after = _tf32_flags()
-        shown = dict(backend.info().settings)["tf32"] if tf32 is None else None
+        settings = dict(backend.info().settings)
     assert inside == (expected, expected, True, False, True)
     assert after == (process, process)
-    assert shown in (None, "on" if process else "off")
+    assert settings["tf32 matmul"] == settings["tf32 conv"] == ("on" if expected else "off")
     assert not torch.backends.cudnn.deterministic and not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_device_reports_matmul_and_conv_tf32_apart(monkeypatch):
+    """torch's defaults differ: float32 matmuls in full precision, cuDNN convolutions in TF32. A device
+    under test that said "tf32 off" would hide that its convolutions round to 10 bits."""
+    info = _without_gpu(monkeypatch, None).info()
+    assert dict(info.settings) == {"tf32 matmul": "off", "tf32 conv": "on", "deterministic": "on"}
+    assert "tf32 matmul off, tf32 conv on" in info.describe()
+    golden = dict(_without_gpu(monkeypatch, False).info().settings)
+    assert golden["tf32 matmul"] == golden["tf32 conv"] == "off"
 
 
 # ---------------------------------------------------------------- the cuda backend itself
@@ -172,7 +182,7 @@ def _check_tf32_roles() -> None:
     assert golden_error < 1e-5, golden_error
     if torch.cuda.get_device_capability() >= (8, 0):  # TF32 tensor cores exist from Ampere on
         assert device_error > 1e-4, device_error
-    assert dict(golden.info().settings)["tf32"] == "off" and dict(device.info().settings)["tf32"] == "on"
+    assert dict(golden.info().settings)["tf32 matmul"] == "off" and dict(device.info().settings)["tf32 matmul"] == "on"
     with load_backend("cuda", "golden", allow_tf32=True).running(0):
         assert _tf32_flags() == (True, True)  # --npu-precision-allow-tf32
 

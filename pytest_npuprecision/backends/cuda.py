@@ -36,9 +36,9 @@ class CudaBackend(Backend):
         versions = [("torch", torch.__version__), ("cuda", str(torch.version.cuda))]
         if torch.backends.cudnn.is_available():
             versions.append(("cudnn", str(torch.backends.cudnn.version())))
-        tf32 = self.tf32 if self.tf32 is not None else tf32_in_use()
+        matmul, conv = (self.tf32, self.tf32) if self.tf32 is not None else tf32_in_use()
         return BackendInfo(self.name, torch.cuda.get_device_name(self.device), tuple(versions),
-                           (("tf32", "on" if tf32 else "off"), ("deterministic", "on")))
+                           (("tf32 matmul", _on(matmul)), ("tf32 conv", _on(conv)), ("deterministic", "on")))
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -62,11 +62,19 @@ def _has_fp32_precision() -> bool:
     return hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
 
 
-def tf32_in_use() -> bool:
-    """Whether float32 matmuls may run in TF32 now, as the process set it (by either API)."""
+def tf32_in_use() -> tuple[bool, bool]:
+    """Whether float32 (matmuls, cuDNN convolutions) may run in TF32 now, as the process set it.
+
+    Apart, since torch's defaults differ: matmuls in full float32, convolutions in TF32.
+    """
     if _has_fp32_precision():
-        return torch.backends.cuda.matmul.fp32_precision == "tf32"
-    return bool(torch.backends.cuda.matmul.allow_tf32)
+        return (torch.backends.cuda.matmul.fp32_precision == "tf32",
+                torch.backends.cudnn.conv.fp32_precision == "tf32")
+    return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
 
 
 @contextlib.contextmanager
