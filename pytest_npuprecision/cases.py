@@ -62,15 +62,25 @@ class Settings:
 
     @property
     def golden_label(self) -> str:
-        return f"{self.golden.name} float64"
+        return golden_label(self.golden)
 
     @property
     def baseline_label(self) -> str:
-        if self.baseline is None:
-            return "none"
-        if isinstance(self.baseline, RecordedBaseline):
-            return self.baseline.label
-        return f"{self.baseline.name} same dtype"
+        return baseline_label(self.baseline)
+
+
+def golden_label(golden: Backend) -> str:
+    """'cpu float64': how headers, messages and reports name the golden."""
+    return f"{golden.name} float64"
+
+
+def baseline_label(baseline: Backend | RecordedBaseline | None) -> str:
+    """'none', 'cuda:0 same dtype' or the recorded file's label."""
+    if baseline is None:
+        return "none"
+    if isinstance(baseline, RecordedBaseline):
+        return baseline.label
+    return f"{baseline.name} same dtype"
 
 
 @dataclass(frozen=True)

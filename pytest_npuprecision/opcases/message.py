@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..cases import baseline_label
 from ..summary import STRICT_WARNINGS_NOTE
 from ..verdict import Status, render_message
 from .run import case_seed
@@ -82,7 +83,7 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
             lines.append(STRICT_WARNINGS_NOTE)
     lines += [f"note: {note}" for note in outcome.notes]
     seed = f", output gradients from seed {case_seed(case)}" if case.backward else ""
-    baseline = "" if settings.baseline is None else f", baseline {settings.baseline.name} same dtype"
+    baseline = "" if settings.baseline is None else f", baseline {baseline_label(settings.baseline)}"
     golden = f"{reference_label} on {settings.golden.name}"
     lines.append(f"device {settings.device.name} vs golden: {golden}{baseline}{seed}")
     if outcome.regression is not None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ..backends import Backend
+from ..cases import baseline_label, golden_label
 from ..gating import GATE, KnownFailureRegression
 from ..report import RECORD, new_record, output_record
 from ..verdict import Status
@@ -111,8 +112,8 @@ def _start_record(item: pytest.Item, case: OpCase, settings: OpCaseSettings) -> 
     item.stash[RECORD] = new_record(
         kind="op_case", case_id=item.nodeid, key=item.name, api=op_label(case.op) or "?",
         direction="backward" if case.backward else "forward", order=0, location=case.source, source=case.source,
-        seed=case_seed(case), device=settings.device.name, golden=f"{settings.golden.name} float64",
-        baseline="none" if settings.baseline is None else f"{settings.baseline.name} same dtype")
+        seed=case_seed(case), device=settings.device.name, golden=golden_label(settings.golden),
+        baseline=baseline_label(settings.baseline))
     item.stash[RECORD]["baseline_state"] = "none" if settings.baseline is None else "live"
 
 

@@ -21,6 +21,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
 from ..backends import Backend, load_backend
+from ..cases import baseline_label, golden_label
 from ..rules import Rules
 from .draw import CaseInputError, call_strategy, fixed_call
 from .run import CaseSpecError, ExampleResult, Target, prepare, run_example
@@ -61,8 +62,8 @@ class OpCaseSettings:
     @property
     def compared(self) -> str:
         """'cpu vs golden cpu float64, baseline cuda:0 same dtype'."""
-        baseline = "" if self.baseline is None else f", baseline {self.baseline.name} same dtype"
-        return f"{self.device.name} vs golden {self.golden.name} float64{baseline}"
+        baseline = "" if self.baseline is None else f", baseline {baseline_label(self.baseline)}"
+        return f"{self.device.name} vs golden {golden_label(self.golden)}{baseline}"
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
