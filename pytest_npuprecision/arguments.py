@@ -422,11 +422,22 @@ def load_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor | np
     suffix = path.suffix.lower()
     if suffix not in _LOADABLE_SUFFIXES:
         raise fail(f"has suffix {suffix!r}; only .pt and .npy tensor files are loaded")
-    if not path.is_file():
+    if not path.exists():
         raise fail("does not exist; copy the dump_tensor_data/ folder along with dump.json")
+    if not path.is_file():  # a folder, a FIFO (which would block the read), a device
+        raise fail("is not a regular file; re-dump this API")
+    declared = spec.numel * spec.dtype.itemsize
+    size = path.stat().st_size
+    if size > 2 * declared + _FILE_OVERHEAD:
+        # Checked before loading: a small view saved with a huge storage would be read whole.
+        raise fail(f"is {size} bytes, far more than the {_describe(spec.dtype, spec.shape)} tensor that dump.json "
+                   f"declares ({declared} bytes); re-dump this API")
     value = _read_pt(path, fail) if suffix == ".pt" else _read_npy(path, fail)
     if not isinstance(value, torch.Tensor):
         raise fail(f"holds a {type(value).__name__}, not a tensor; re-dump this API")
+    if value.layout != torch.strided or value.is_meta or value.is_quantized:
+        kind = "a meta" if value.is_meta else "a quantized" if value.is_quantized else f"a {value.layout}"
+        raise fail(f"holds {kind} tensor, not a dense tensor with data; re-dump this API")
     if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
         raise fail(
             f"holds a {_describe(value.dtype, tuple(value.shape))} tensor but dump.json says "
@@ -435,12 +446,17 @@ def load_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor | np
     return value.numpy() if spec.ndarray else value
 
 
+# What a tensor file holds beyond its data: torch.save's zip directory and pickle, .npy's header.
+_FILE_OVERHEAD = 64 * 1024
+
+
 def _inside(root: Path, name: str) -> Path | None:
     """``root / name`` resolved, or None when ``name`` is absolute or leads out of ``root``."""
     if not name or "\0" in name or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() \
             or PureWindowsPath(name).drive:
         return None
-    real_root = Path(os.path.realpath(root))
+    # The folder itself is not resolved: a dump_tensor_data that is a link out of the dump leads nowhere.
+    real_root = Path(os.path.realpath(root.parent)) / root.name
     # realpath follows symlinks, so a link that points out of the folder is caught here too.
     real = Path(os.path.realpath(root / name))
     return real if real != real_root and real.is_relative_to(real_root) else None

@@ -13,7 +13,9 @@ from typing import Any
 
 
 from .arguments import DescriptorError, DumpDataError, materialize
+from .allowlist import unsafe_argument
 from .backends import Backend, load_backend
+from .budget import case_bytes, format_size
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
 from .error_profile import ErrorProfile, error_profile
@@ -48,6 +50,7 @@ class Settings:
     rules: Rules = field(default_factory=Rules.default)
     golden: Backend = field(default_factory=lambda: Backend("cpu"))  # computes in float64
     baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
+    max_case_bytes: int | None = None  # a case estimated to need more is skipped as too-large; None: no limit
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
@@ -110,10 +113,14 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     op = resolve(case.api.rsplit(".", 1)[0])
     if op.unsupported:
         raise CaseSkipped("unsupported-op", op.unsupported)
+    _check_budget(case, settings)
     try:
         materialized = materialize(case, data_dir)
     except (DumpDataError, DescriptorError) as exc:
         raise CaseInputError(str(exc)) from None
+    unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
+    if unsafe is not None:
+        raise CaseSkipped("unsupported-op", f"{case.key}: {unsafe}")
     backward = case.direction == "backward"
     if backward and not materialized.requires_grad:
         raise CaseSkipped("no-differentiable-input", f"{case.key}: no input of the forward call requires grad")
@@ -142,6 +149,17 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
     return CaseResult(case, status, outputs, run.notes, time.perf_counter() - started,
                       run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state)
+
+
+def _check_budget(case: DumpCase, settings: Settings) -> None:
+    """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
+    if settings.max_case_bytes is None:
+        return
+    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=settings.baseline is not None)
+    if need > settings.max_case_bytes:
+        raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
+                                       f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "
+                                       f"raise --npu-precision-max-case-memory to run it")
 
 
 def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCase | None:

@@ -12,6 +12,7 @@ import enum
 import json
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,26 +94,54 @@ class DumpFile:
     step: int | None
     rank: int | None
     pid: int | None  # from a proc<PID> folder, used when msprobe knew no rank
-    location: str  # "step0/rank0", "step1/proc11235", or "" outside that layout
+    location: str  # the case-id prefix: "step0/rank0", or "mlp_tensor/step0/rank0" under a folder of dumps
     cases: tuple[DumpCase, ...]
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class DumpSource:
+    """One dump.json found under a path given on the command line, and its place there."""
+
+    path: Path
+    label: str  # the case-id prefix: "mlp_tensor/step0/rank0" under examples/dumps, "step0/rank0" for one dump
+
+
 def find_dump_files(path: Path | str) -> list[Path]:
     """Every dump.json at or under ``path``, in natural order (step2 before step10)."""
+    return [source.path for source in find_dumps(path)]
+
+
+def find_dumps(path: Path | str) -> list[DumpSource]:
+    """Every dump.json at or under ``path`` with its label, in natural order (step2 before step10).
+
+    Symbolic links to folders are not followed, so a link out of the dump or a loop inside it adds
+    nothing; a dump.json that is itself a link out of ``path`` is found here and refused by load_dump.
+    """
     path = Path(path)
     if path.is_file():
-        return [path]
+        return [DumpSource(path, _label(Path(), path))]
     if not path.is_dir():
         raise FileNotFoundError(
             f"dump path {str(path)!r} does not exist; pass a dump.json or a folder that contains one"
         )
     found = []
-    for root, dirs, files in os.walk(path):
+    for root, dirs, files in os.walk(path):  # followlinks=False: links to folders are not entered
         dirs[:] = [d for d in dirs if d != DATA_DIR_NAME]  # thousands of tensor files, never a dump.json
         if "dump.json" in files:
             found.append(Path(root) / "dump.json")
-    return sorted(found, key=lambda p: _natural_key(p.relative_to(path)))
+    found.sort(key=lambda p: _natural_key(p.relative_to(path)))
+    return [DumpSource(p, _label(p.parent.relative_to(path), p)) for p in found]
+
+
+def _label(relative: Path, path: Path) -> str:
+    """The folders between the given path and the dump, with the dump's step and rank always in."""
+    location = _location(path)[3]
+    tail = [part for part in location.split("/") if part]
+    head = list(relative.parts)
+    while head and tail and head[-1] in tail:
+        head.pop()
+    return "/".join(head + tail)
 
 
 def _natural_key(relative: Path) -> tuple:
@@ -122,11 +151,19 @@ def _natural_key(relative: Path) -> tuple:
     )
 
 
-def load_dump(path: Path | str) -> DumpFile:
-    """Read one dump.json into a ``DumpFile``; a file that is not a dump gives ``error``, never raises."""
+def load_dump(path: Path | str, label: str | None = None, root: Path | str | None = None) -> DumpFile:
+    """Read one dump.json into a ``DumpFile``; a file that is not a dump gives ``error``, never raises.
+
+    ``label`` prefixes the case ids (default: the step and rank folders); ``root`` is the folder the
+    user named, out of which the file may not lead through a symbolic link.
+    """
     path = Path(path)
     step, rank, pid, location = _location(path)
-    empty = dict(path=path, data_dir=path.parent / DATA_DIR_NAME, step=step, rank=rank, pid=pid, location=location)
+    label = location if label is None else label
+    empty = dict(path=path, data_dir=path.parent / DATA_DIR_NAME, step=step, rank=rank, pid=pid, location=label)
+    problem = _unreadable(path, root)
+    if problem is not None:
+        return DumpFile(**empty, task=None, level=None, framework=None, cases=(), error=_file_error(path, problem))
     try:
         with open(path, encoding="utf-8") as handle:
             document = json.load(handle)  # Python's json accepts the bare NaN/Infinity msprobe writes
@@ -141,7 +178,21 @@ def load_dump(path: Path | str) -> DumpFile:
     if not isinstance(data, dict):
         problem = "has no 'data' object" if data is None else f"has a 'data' {type(data).__name__}, expected an object"
         return DumpFile(**empty, **meta, cases=(), error=_file_error(path, problem))
-    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, location)))
+    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label)))
+
+
+def _unreadable(path: Path, root: Path | str | None) -> str | None:
+    """Why a dump.json must not be opened: a link out of the dump, or no regular file (a FIFO would hang)."""
+    if root is not None:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(path)
+        if real != real_root and not Path(real).is_relative_to(real_root):
+            return f"is a link to {real}, outside {root}; copy the file into the dump instead"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None if stat.S_ISREG(mode) else "is not a regular file"
 
 
 def _file_error(path: Path, problem: str) -> str:

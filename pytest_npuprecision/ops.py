@@ -13,6 +13,8 @@ from typing import Any, Callable, Literal
 
 import torch
 
+from . import allowlist
+
 OpKind = Literal["function", "method"]
 
 # Binary operators that have reflected (``__radd__``) and in-place (``__iadd__``) dunder forms.
@@ -101,17 +103,6 @@ def _is_inplace(api_name: str) -> bool:
     return segment.endswith("_")
 
 
-def _walk(root: Any, dotted: str) -> Any | None:
-    """getattr along a dotted path; None when any step is missing (torch.ops raises more than AttributeError)."""
-    value = root
-    for part in dotted.split("."):
-        try:
-            value = getattr(value, part)
-        except Exception:
-            return None
-    return value
-
-
 @lru_cache(maxsize=1)
 def _torch_npu() -> tuple[Any | None, str | None]:
     """Import torch_npu once, lazily, only when an NPU op is resolved."""
@@ -119,17 +110,6 @@ def _torch_npu() -> tuple[Any | None, str | None]:
         return importlib.import_module("torch_npu"), None
     except Exception as exc:  # a broken CANN setup raises more than ImportError
         return None, f"{type(exc).__name__}: {exc}"
-
-
-def _lookup_npu(name: str) -> tuple[Any | None, str | None]:
-    module, problem = _torch_npu()
-    if module is None:
-        return None, f"torch_npu is not installed or does not import ({problem})"
-    for root in (module, torch.ops.npu, torch.ops):
-        found = _walk(root, name)
-        if found is not None:
-            return found, None
-    return None, None
 
 
 def _unsupported(api_name: str, reason: str) -> ResolvedOp:
@@ -177,22 +157,23 @@ def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
 
     kind: OpKind = "function"
     if prefix == "Functional":
-        found = _walk(torch.nn.functional, name)
+        found, why = allowlist.functional_operator(name)
     elif prefix == "Tensor":
-        found, kind = _walk(torch.Tensor, name), "method"
+        (found, why), kind = allowlist.tensor_operator(name), "method"
     elif prefix == "Torch":
-        found = _walk(torch, name)
+        found, why = allowlist.torch_operator(name)
     elif prefix == "Aten":
-        found = _walk(torch.ops.aten, name)
+        found, why = allowlist.aten_operator(name)
     elif prefix == "NPU":
-        found, problem = _lookup_npu(name)
-        if problem is not None:
-            return _unsupported(api_name, problem)
+        module, problem = _torch_npu()
+        if module is None:
+            return _unsupported(api_name, f"torch_npu is not installed or does not import ({problem})")
+        found, why = allowlist.npu_operator(module, name)
     else:
         return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten, NPU or Custom")
 
     if found is None:
-        return _unsupported(api_name, f"no such op {name!r} in this torch {torch.__version__}")
+        return _unsupported(api_name, f"not a known operator: {why or f'no such op {name!r} in this torch {torch.__version__}'}")
     if not callable(found) or isinstance(found, type):
         return _unsupported(api_name, f"{name!r} is a {type(found).__name__}, not a callable op")
     return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=_is_inplace(api_name))

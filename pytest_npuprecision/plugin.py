@@ -5,6 +5,7 @@ Everything that decides anything lives in the core modules; this file only trans
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from . import gating
 from .backends import Backend, BackendError, load_backend
 from .baseline import BaselineFileError, RecordedBaseline
+from .budget import default_budget, parse_size
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
-from .dump import DumpCase, DumpFile, load_dump
+from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties
@@ -24,6 +26,7 @@ from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 
 _SETTINGS = pytest.StashKey[Settings]()
+_DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
 
 
 # Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
@@ -35,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("npuprecision", "single-operator precision checks of msprobe dumps")
     group.addoption("--npu-precision", action="append", default=[], metavar="DUMP",
                     help="a dump.json, rank, step or dump root folder: each API call becomes a test")
+    group.addoption("--npu-precision-case", action="append", default=[], metavar="CASE_ID",
+                    help="run only this case of the dumps (repeatable): its id as reports print it, "
+                         "such as mlp_tensor/step0/rank0::Functional.gelu.0.forward")
     group.addoption("--npu-precision-device", default=VERDICT_DEFAULTS["npu_precision_device"], metavar="DEVICE",
                     help="device under test: auto (npu, else cuda, else cpu), cpu, cuda[:N], npu[:N], "
                          "module:object (a Backend) or an installed backend's name")
@@ -50,17 +56,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="let a cuda golden or baseline use TF32 (off by default: it is less precise)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
+    group.addoption("--npu-precision-max-case-memory", default=None, type=_memory_size, metavar="SIZE",
+                    help="skip a case as too-large when its dumped shapes need more memory than this "
+                         "(512MiB, 4GB, ...); default: half the available memory, shared among xdist workers")
     group.addoption("--npu-precision-rules", default=VERDICT_DEFAULTS["npu_precision_rules"], metavar="FILE",
                     help="YAML overrides of the threshold and op tables")
     gating.add_options(group)
     opcases.add_options(group)
 
 
+def _memory_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
     """The backend an option names; a bad value is a usage error that names the option."""
     value = config.getoption(option)
     try:
-        return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"))
+        return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"),
+                            search=(config.invocation_params.dir, config.rootpath))
     except BackendError as exc:
         raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
 
@@ -95,7 +112,8 @@ def settings_for(config: pytest.Config) -> Settings:
                                     f"or cuda[:N]")
         config.stash[_SETTINGS] = Settings(
             device=backend_option(config, "npu_precision_device", "device"), rules=rules,
-            golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config))
+            golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config),
+            max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget())
     return config.stash[_SETTINGS]
 
 
@@ -131,25 +149,61 @@ def pytest_configure(config: pytest.Config) -> None:
     dumps = config.getoption("npu_precision")
     if not dumps:
         return
-    for dump in dumps:
-        if not Path(dump).exists():
-            raise pytest.UsageError(f"--npu-precision {dump!r} does not exist: give a dump.json or a dump folder")
+    config.stash[_DUMPS] = _found_dumps(dumps)
+    _refuse_dump_configuration(config, dumps)
     settings_for(config)
-    config._npu_precision_roots = [Path(d).resolve() for d in dumps]  # type: ignore[attr-defined]
     if not config.option.file_or_dir:
-        # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The paths stay
-        # as the user wrote them so that node ids stay relative to the rootdir.
-        config.args[:] = list(dumps)
+        # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The dump is never
+        # a path for pytest to collect: pytest would import a conftest.py or test_*.py inside it.
+        config.args[:] = []
 
 
-def _in_roots(config: pytest.Config, path: Path) -> bool:
-    roots = getattr(config, "_npu_precision_roots", ())
-    resolved = path.resolve()
-    return any(resolved == root or root in resolved.parents for root in roots)
+def _refuse_dump_configuration(config: pytest.Config, dumps: list[str]) -> None:
+    """pytest looks for its ini file from every word it cannot place, ours included, so a pytest.ini or
+    tox.ini inside a dump could configure the run. Refuse it; the one-word spelling avoids it."""
+    inipath = config.inipath
+    for dump in dumps:
+        root = Path(dump).resolve()
+        if inipath is not None and (inipath.resolve() == root or root in inipath.resolve().parents):
+            raise pytest.UsageError(f"pytest took its configuration from {inipath}, inside the dump {dump!r}: a dump "
+                                    f"must not configure the run. Write the option as one word, "
+                                    f"--npu-precision={dump}, or give your own with -c")
+
+
+def _found_dumps(dumps: list[str]) -> list[tuple[str, list[DumpSource]]]:
+    """Each --npu-precision path with the dumps under it; a path without one, or ids that collide, is a usage error."""
+    found, owner = [], {}
+    for dump in dumps:
+        try:
+            sources = find_dumps(dump)
+        except FileNotFoundError:
+            raise pytest.UsageError(f"--npu-precision {dump!r} does not exist: give a dump.json or a dump folder") from None
+        if not sources:
+            raise pytest.UsageError(f"--npu-precision {dump!r} holds no dump.json: give a dump.json, or a rank, step "
+                                    f"or dump root folder written by msprobe")
+        for source in sources:
+            other = owner.setdefault(source.label, dump)
+            if other != dump:
+                raise pytest.UsageError(f"--npu-precision {other!r} and {dump!r} both hold a dump labelled "
+                                        f"{source.label!r}, so their case ids would collide: give their common "
+                                        f"parent folder once instead")
+        found.append((dump, sources))
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The dumps join the session's top-level collectors: read as data, never walked by pytest."""
+    report = yield
+    if isinstance(collector, pytest.Session) and _DUMPS in collector.config.stash and report.passed:
+        for dump, sources in collector.config.stash[_DUMPS]:
+            report.result.append(DumpRoot.from_parent(collector, name=dump, path=Path(dump).resolve(),
+                                                      nodeid=Path(dump).as_posix(), sources=sources))
+    return report
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
-    if collection_path.name == "dump_tensor_data" and _in_roots(config, collection_path):
+    if collection_path.name == "dump_tensor_data":
         return True  # thousands of tensor files, none of them a test
     return None
 
@@ -157,9 +211,19 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if opcases.is_case_file(file_path, parent.config):
         return opcases.OpCaseFile.from_parent(parent, path=file_path)
-    if file_path.name == "dump.json" and _in_roots(parent.config, file_path):
-        return DumpJsonFile.from_parent(parent, path=file_path)
     return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """`pytest DUMP` without --npu-precision collects nothing: say what was found and what to type."""
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or config.getoption("npu_precision"):
+        return
+    for arg in config.option.file_or_dir or ():
+        path = Path(arg.partition("::")[0])
+        found = len(find_dumps(path)) if path.is_dir() or path.name == "dump.json" else 0
+        if found:
+            terminalreporter.write_line(f"{arg} holds {found} msprobe dump{'s' if found > 1 else ''}: run "
+                                        f"{'them' if found > 1 else 'it'} with `pytest --npu-precision={arg}`")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -168,16 +232,38 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return run_header(config.stash[_SETTINGS])
 
 
-class DumpJsonFile(pytest.File):
+class DumpRoot(pytest.Collector):
+    """One --npu-precision path: its dump.json files, found by find_dumps."""
+
+    def __init__(self, *, sources: list[DumpSource], **kwargs):
+        super().__init__(**kwargs)
+        self.sources = sources
+
     def collect(self):
-        dump = load_dump(self.path)
+        for source in self.sources:
+            yield DumpJsonFile.from_parent(self, name=source.label or source.path.name, path=source.path,
+                                           source=source)
+
+
+class DumpJsonFile(pytest.Collector):
+    def __init__(self, *, source: DumpSource, **kwargs):
+        super().__init__(**kwargs)
+        self.source = source
+
+    def collect(self):
+        dump = load_dump(self.path, label=self.source.label, root=self.parent.path)
         if dump.error:
             yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error)
             return
         # Every case of the file counts as collected for stale known failures, even when a node id picks one.
         gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
+        chosen = set(self.config.getoption("npu_precision_case"))
         for case in dump.cases:
-            yield DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
+            if not chosen or case.case_id in chosen:
+                yield DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
+
+    def reportinfo(self):
+        return self.path, None, self.source.label
 
 
 class BrokenDumpItem(pytest.Item):
@@ -236,9 +322,10 @@ class DumpCaseItem(pytest.Item):
         parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
         if any(out.verdict.status is Status.WARNING for out in failing):
             parts.append(STRICT_WARNINGS_NOTE)
-        # An absolute file path works from any directory, unlike a rootdir-relative node id.
-        node = f"{self.path.resolve()}::{self.name}"
-        rerun = shlex.join(["pytest", "--npu-precision", str(self.path.resolve()), *rerun_options(self.config), node])
+        # An absolute dump path works from any directory; the case id picks the case under it.
+        root = self.parent.parent.path
+        rerun = shlex.join(["pytest", "--npu-precision", str(root), *rerun_options(self.config),
+                            "--npu-precision-case", self.case.case_id])
         settings = self.config.stash[_SETTINGS]
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
                      f"{settings.golden_label}, baseline {settings.baseline_label}")
@@ -251,7 +338,8 @@ class DumpCaseItem(pytest.Item):
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
     def reportinfo(self):
-        return self.path, None, f"{self.case.case_id}"
+        # No domain: pytest's verbose line would print one with its dots turned into '::'.
+        return self.path, None, ""
 
 
 @pytest.hookimpl(wrapper=True)

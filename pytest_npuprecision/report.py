@@ -11,6 +11,7 @@ import csv
 import json
 import platform
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,26 @@ class Collector:
         text = getattr(report, "npu_precision", None)
         if text and report.when == "call":
             self.records.append(json.loads(text))
+        elif report.failed and report.when not in ("setup", "call", "teardown"):
+            # xdist's report of a worker that died inside a case (a segfault, os._exit, the OOM killer).
+            record = self._lost_case(report.nodeid, str(report.longrepr))
+            if record is not None:
+                self.records.append(record)
+
+    def _lost_case(self, nodeid: str, why: str) -> dict | None:
+        """A harness-error record for a dump case whose process died: every report still lists it."""
+        root, _, case_id = nodeid.partition("::")
+        if root not in self.config.getoption("npu_precision") or "::" not in case_id:
+            return None
+        location, _, key = case_id.rpartition("::")
+        api, _, direction = key.rpartition(".")
+        settings = self._settings()
+        record = new_record(kind="dump", case_id=case_id, key=key, api=api, direction=direction, order=-1,
+                            location=location, source=root, seed=zlib.crc32(case_id.encode()),
+                            device=settings.device.name, golden=settings.golden_label,
+                            baseline=settings.baseline_label,
+                            message=f"the process running this case died ({why}); rerun it alone to see why")
+        return record
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         records = sorted(self.records, key=lambda r: (r["location"], r["order"], r["case_id"]))

@@ -215,6 +215,8 @@ def _forward(op: ResolvedOp, args, kwargs, side: _Side, grad_paths: Collection[s
             result = side.backend.call(op.api_name, op.func, call_args, call_kwargs)
             side.backend.synchronize()
             seconds = time.perf_counter() - start
+    except MemoryError:
+        raise  # the machine ran out, not a fault of the dump: a harness error
     except Exception as exc:
         raise OpExecutionError(op.api_name, side.label, "forward", exc) from exc
     if result is None and op.inplace and call_args:  # __setitem__ returns None; its result is args[0]
@@ -254,6 +256,8 @@ def _backward(op: ResolvedOp, run: _Forward, cotangents: Mapping[str, torch.Tens
             grads = side.backend.gradients(op.api_name, outputs, list(run.leaves.values()), grads_in)
             side.backend.synchronize()
             seconds = time.perf_counter() - start
+    except MemoryError:
+        raise  # the machine ran out, not a fault of the dump: a harness error
     except Exception as exc:
         raise OpExecutionError(op.api_name, side.label, "backward", exc) from exc
     return dict(zip(run.leaves, grads)), seconds

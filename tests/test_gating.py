@@ -179,8 +179,8 @@ def test_deselected_and_unselected_cases_are_not_stale(pytester):
     result = known(pytester, select="linear and forward")
     result.assert_outcomes(xfailed=3)
     assert result.ret == 0 and "stale" not in result.stdout.str()
-    node = f"{DUMP}::Functional.linear.1.forward"
-    one = pytester.runpytest("--npu-precision", str(DUMP), node, "--npu-precision-rules", "rules.yaml",
+    one = pytester.runpytest("--npu-precision", str(DUMP), "--npu-precision-case", "step0/rank0::Functional.linear.1.forward",
+                             "--npu-precision-rules", "rules.yaml",
                              "--npu-precision-known-failures", "kf.json", "-p", "no:cacheprovider")
     one.assert_outcomes(xfailed=1)
     assert one.ret == 0 and "stale" not in one.stdout.str()

@@ -166,7 +166,7 @@ cases:
         "'<stream end>'): fix the syntax",
         "*_ op case unknown-op[[]float32[]] _*",
         "op_cases/mixed.yaml, case 'unknown-op', field op: 'Functional.gelux' cannot run here (Functional.gelux: "
-        "no such op 'gelux' in this torch *): use an msprobe name (Functional.gelu), a dotted path "
+        "not a known operator: torch.nn.functional.gelux is not a known operator of this torch *): use an msprobe name (Functional.gelu), a dotted path "
         "(torch.nn.functional.gelu) or a name registered with register_op",
         "*_ op case impossible-shape (unreadable) _*",
         "op_cases/mixed.yaml, case 'impossible-shape', field dims.D: [[]9, 3[]] is empty: give [[]low, high[]] "

@@ -66,11 +66,11 @@ def test_npu_ops_without_torch_npu_are_unsupported(api):
 
 
 @pytest.mark.parametrize(("api", "reason"), [
-    ("Functional.not_a_thing", "no such op 'not_a_thing'"),
-    ("Aten.mm.no_such_overload", "no such op 'mm.no_such_overload'"),
-    ("Tensor.shape", "'shape' is a getset_descriptor, not a callable op"),
-    ("Torch.Tensor", "not a callable op"),
-    ("Functional.torch", "'torch' is a module, not a callable op"),
+    ("Functional.not_a_thing", "torch.nn.functional.not_a_thing is not a known operator"),
+    ("Aten.mm.no_such_overload", "aten.mm has no overload 'no_such_overload'"),
+    ("Tensor.shape", "torch.Tensor.shape is not a known operator"),
+    ("Torch.Tensor", "torch.Tensor is not a known operator"),
+    ("Functional.torch", "torch.nn.functional.torch is not a known operator"),
     ("VF.lstm", "torch._VF internals"),
     ("Distributed.all_reduce", "collective communication ops need a process group"),
     ("MindSpeed.npu_x", "MindSpeed framework"),
@@ -106,3 +106,84 @@ def test_spellings_normalise(api, base, inplace, reflected):
     assert op.unsupported is None
     assert (op.base_name, op.inplace, op.reflected) == (base, inplace, reflected)
     assert base_name(api) == base
+
+
+# Names a crafted dump may carry to reach files, the process or Python internals (issue 13).
+HOSTILE_NAMES = [
+    ("Torch.os.system", "torch.os is not an operator namespace"),
+    ("Torch.load", "reads or writes files"),
+    ("Torch.save", "reads or writes files"),
+    ("Torch.from_file", "reads or writes files"),
+    ("Aten.from_file", "reads or writes files"),
+    ("Torch.hub.load", "torch.hub is not an operator namespace"),
+    ("Torch.serialization.load", "torch.serialization is not an operator namespace"),
+    ("Torch._C._get_tracing_state", "torch._C is not an operator namespace"),
+    ("Torch.set_default_dtype", "changes global state"),
+    ("Torch.manual_seed", "changes global state"),
+    ("Torch.use_deterministic_algorithms", "torch.use_deterministic_algorithms is not a known operator"),
+    ("Tensor.__reduce_ex__", "Python protocol method"),
+    ("Tensor.__reduce__", "Python protocol method"),
+    ("Tensor.__setstate__", "Python protocol method"),
+    ("Tensor.__getattribute__", "Python protocol method"),
+    ("Tensor.__class__.__subclasses__", "not an operator name"),
+    ("Tensor.share_memory_", "reads or writes files"),
+    ("Tensor.untyped_storage", "reads or writes files"),
+    ("Tensor.register_hook", "reads or writes files"),
+    ("Tensor.backward", "changes global state"),
+    ("Tensor.numpy", "not a tensor computation"),
+    ("Functional.__class__", "Python protocol method"),
+    ("Functional.torch.load", "not an operator name"),
+    ("Aten.__class__", "not an aten operator name"),
+    ("Aten.mm.__call__", "not an aten operator name"),
+]
+
+
+@pytest.mark.parametrize(("api", "reason"), HOSTILE_NAMES, ids=[row[0] for row in HOSTILE_NAMES])
+def test_only_operators_resolve(api, reason):
+    op = resolve(api)
+    assert op.func is None, f"{api} resolved to {op.func!r}"
+    assert op.unsupported.startswith(f"unsupported: {api}: not a known operator")
+    assert reason in op.unsupported
+
+
+def test_tensor_type_refuses_a_name_that_is_not_a_tensor_type():
+    from pytest_npuprecision.allowlist import unsafe_argument
+
+    assert unsafe_argument("type", ("os.system",), {}) is not None
+    assert unsafe_argument("type", (), {"dtype": "builtins.exec"}) is not None
+    assert unsafe_argument("type", ("torch.FloatTensor",), {}) is None
+    assert unsafe_argument("add", ("os.system",), {}) is None
+
+
+@pytest.mark.parametrize("api", ["Functional.relu_", "Torch.relu_", "Torch.exp_", "Functional.elu_", "Tensor.add_",
+                                 "Torch.linalg.vector_norm", "Torch.nn.functional.gelu", "Torch.zeros",
+                                 "Functional.sigmoid", "Torch.trace", "Aten.gelu_backward"])
+def test_operators_outside_the_overridable_table_still_resolve(api):
+    assert resolve(api).unsupported is None
+
+
+def _dump_api_names(folder):
+    import json
+    import re
+
+    names = set()
+    for path in sorted(folder.rglob("dump.json")):
+        for key in json.loads(path.read_text(encoding="utf-8"))["data"]:
+            match = re.fullmatch(r"(.+)\.\d+\.(forward|backward)", key)
+            if match and not key.startswith(("Module.", "Distributed.", "MindSpeed.", "VF.")):
+                names.add(match[1])
+    return names
+
+
+def test_every_api_name_in_the_fixture_and_example_dumps_resolves():
+    """The allow-list loses no real operator that msprobe's dumps use."""
+    from pathlib import Path
+
+    from fixtures import FIXTURES
+
+    folders = [FIXTURES, Path(__file__).resolve().parents[1] / "examples" / "dumps"]
+    if not FIXTURES.is_dir():
+        pytest.skip(f"the msprobe fixture dumps are not at {FIXTURES}")
+    names = set().union(*(_dump_api_names(folder) for folder in folders))
+    assert len(names) >= 20
+    assert {name: resolve(name).unsupported for name in names if resolve(name).unsupported} == {}

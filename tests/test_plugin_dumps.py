@@ -51,8 +51,8 @@ def test_node_ids_keep_step_rank_and_api_name(pytester):
     result = pytester.runpytest("--npu-precision", str(FIXTURES / "mlp_tensor"), "--collect-only", "-q",
                                 "-p", "no:cacheprovider")
     ids = [line for line in result.stdout.lines if "::" in line]
-    assert any(i.endswith("step0/rank0/dump.json::Functional.gelu.0.forward") for i in ids)
-    assert any(i.endswith("step1/rank0/dump.json::Functional.linear.2.backward") for i in ids)
+    assert any(i.endswith("mlp_tensor::step0/rank0::Functional.gelu.0.forward") for i in ids)
+    assert any(i.endswith("mlp_tensor::step1/rank0::Functional.linear.2.backward") for i in ids)
 
 
 def _ids_and_metrics(pytester, *extra) -> dict[str, float]:
@@ -160,8 +160,8 @@ def test_a_failing_case_says_by_how_much_and_how_to_rerun_it(pytester):
     assert "max_bound_ratio = " in text and "> limit 1e-09  [error]" in text
     assert "case step0/rank0::Functional.linear.0.forward, seed " in text
     rerun = next(line for line in result.stdout.lines if line.startswith("rerun: pytest --npu-precision"))
-    assert rerun.endswith(f"--npu-precision-device cpu --npu-precision-rules {pytester.path / 'strict.yaml'} "
-                          f"{dump.resolve()}::Functional.linear.0.forward")
+    assert rerun == (f"rerun: pytest --npu-precision {dump.resolve()} --npu-precision-device cpu --npu-precision-rules "
+                     f"{pytester.path / 'strict.yaml'} --npu-precision-case step0/rank0::Functional.linear.0.forward")
     pytester.mkdir("elsewhere")
     os.chdir(pytester.path / "elsewhere")  # the command works from any directory
     again = pytester.runpytest(*shlex.split(rerun.removeprefix("rerun: pytest ")), "-p", "no:cacheprovider")

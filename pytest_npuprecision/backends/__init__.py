@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Literal
+import sys
+from pathlib import Path
+from typing import Literal, Sequence
 
 import torch
 
@@ -25,10 +27,13 @@ __all__ = ["Backend", "BackendError", "BackendInfo", "CudaBackend", "NpuBackend"
            "load_backend", "auto_backend"]
 
 
-def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, allow_tf32: bool = False) -> Backend:
+def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, allow_tf32: bool = False,
+                 search: Sequence[Path] = ()) -> Backend:
     """The backend a device string names; raise BackendError with the fix when it names none.
 
     allow_tf32: let a cuda golden or baseline use TF32 (they run with it off otherwise).
+    search: folders a ``module:object`` module may also come from, as pytest's rootdir and the
+    current folder for ``-p``: added to the end of sys.path only when the module is found nowhere else.
     """
     if isinstance(spec, Backend):
         return spec
@@ -45,7 +50,7 @@ def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, a
             return NpuBackend(text)
         return Backend(text)
     if ":" in text:
-        return _from_object(text, text)
+        return _from_object(text, text, search)
     return _from_entry_point(text)
 
 
@@ -73,10 +78,20 @@ def _device_type(text: str) -> str | None:
         return None
 
 
-def _from_object(spec: str, shown: str) -> Backend:
+def _import(module_name: str, search: Sequence[Path]):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.partition(".")[0] or not search:
+            raise
+    sys.path.extend(str(folder) for folder in search if str(folder) not in sys.path)
+    return importlib.import_module(module_name)
+
+
+def _from_object(spec: str, shown: str, search: Sequence[Path] = ()) -> Backend:
     module_name, _, attribute = spec.partition(":")
     try:
-        target = importlib.import_module(module_name)
+        target = _import(module_name, search)
         for part in attribute.split("."):
             target = getattr(target, part)
     except Exception as exc:

@@ -7,10 +7,9 @@ judging (judge.judge); this module only resolves what the case names and ranks h
 
 from __future__ import annotations
 
-import importlib
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -89,19 +88,14 @@ def case_seed(case: OpCase) -> int:
 # ---------------------------------------------------------------- naming ops
 
 
-def _import_path(path: str) -> Any | None:
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            value: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            value = getattr(value, attr, None)
-            if value is None:
-                return None
-        return value
-    return None
+# Dotted import paths an op case may use, and the msprobe prefix each one means.
+_PATH_PREFIXES = (("torch.nn.functional.", "Functional."), ("torch.Tensor.", "Tensor."), ("torch.ops.aten.", "Aten."),
+                  ("torch_npu.", "NPU."), ("torch.", "Torch."))
+
+
+def _as_api_name(path: str) -> str | None:
+    """``torch.nn.functional.gelu`` -> ``Functional.gelu``; None for a path outside torch and torch_npu."""
+    return next((prefix + path[len(start):] for start, prefix in _PATH_PREFIXES if path.startswith(start)), None)
 
 
 def resolve_op(name: str | Callable[..., Any], field: str) -> tuple[ResolvedOp, CustomOp | None]:
@@ -115,19 +109,17 @@ def resolve_op(name: str | Callable[..., Any], field: str) -> tuple[ResolvedOp, 
     custom = registered_op(name)
     if custom is not None:
         return resolve(custom.api_name), custom
-    prefix = name.partition(".")[0]
-    if prefix in _PREFIXES:
-        op = resolve(name)
+    api_name = name if name.partition(".")[0] in _PREFIXES else _as_api_name(name)
+    if api_name is not None:
+        op = resolve(api_name)
         if op.unsupported:
             raise SchemaError(field, f"{name!r} cannot run here ({op.unsupported.removeprefix('unsupported: ')}): "
                                      f"{HOW_TO_NAME}")
-        return op, registered_op(name)
-    found = _import_path(name) if "." in name else None
-    if found is None or not callable(found):
-        why = "nothing of that name imports" if "." in name else "no op of that name is registered"
-        errors = "; ".join(entry_point_errors())
-        raise SchemaError(field, f"{name!r} is not an op ({why}{'; ' + errors if errors else ''}): {HOW_TO_NAME}")
-    return ResolvedOp(api_name=name, func=found), None
+        return (op if api_name == name else replace(op, api_name=name)), registered_op(name)
+    why = ("only torch and torch_npu operators and registered ops run from a case file" if "." in name
+           else "no op of that name is registered")
+    errors = "; ".join(entry_point_errors())
+    raise SchemaError(field, f"{name!r} is not an op ({why}{'; ' + errors if errors else ''}): {HOW_TO_NAME}")
 
 
 def prepare(case: OpCase, rules: Rules) -> Target:
