@@ -5,7 +5,6 @@ Everything that decides anything lives in the core modules; this file only trans
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 from pathlib import Path
@@ -13,25 +12,16 @@ from pathlib import Path
 import pytest
 
 from . import gating
-from .backends import Backend, BackendError, load_backend
-from .baseline import BaselineFileError, RecordedBaseline
-from .budget import default_budget, parse_size
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
 from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties
-from .rules import Rules
+from .settings import VERDICT_DEFAULTS, memory_size, rerun_options, settings_for, stashed
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 
-_SETTINGS = pytest.StashKey[Settings]()
 _DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
-
-
-# Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
-VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
-                    "npu_precision_rules": None}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,78 +46,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="let a cuda golden or baseline use TF32 (off by default: it is less precise)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
-    group.addoption("--npu-precision-max-case-memory", default=None, type=_memory_size, metavar="SIZE",
+    group.addoption("--npu-precision-max-case-memory", default=None, type=memory_size, metavar="SIZE",
                     help="skip a case as too-large when its dumped shapes need more memory than this "
                          "(512MiB, 4GB, ...); default: half the available memory, shared among xdist workers")
     group.addoption("--npu-precision-rules", default=VERDICT_DEFAULTS["npu_precision_rules"], metavar="FILE",
                     help="YAML overrides of the threshold and op tables")
     gating.add_options(group)
     opcases.add_options(group)
-
-
-def _memory_size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
-    """The backend an option names; a bad value is a usage error that names the option."""
-    value = config.getoption(option)
-    try:
-        return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"),
-                            search=(config.invocation_params.dir, config.rootpath))
-    except BackendError as exc:
-        raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
-
-
-def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
-    value = config.getoption("npu_precision_baseline")
-    if value == "none":
-        return None
-    if Path(value).is_file():
-        try:
-            return RecordedBaseline.load(value)
-        except BaselineFileError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    if value.endswith(".json"):
-        raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
-                                f"--npu-precision-record, a device, or none")
-    return backend_option(config, "npu_precision_baseline", "baseline")
-
-
-def settings_for(config: pytest.Config) -> Settings:
-    """The device, golden, baseline and rules of this run, made once from the options."""
-    if _SETTINGS not in config.stash:
-        rules = Rules.default()
-        if config.getoption("npu_precision_rules"):
-            try:
-                rules = rules.merged(config.getoption("npu_precision_rules"))
-            except ValueError as exc:
-                raise pytest.UsageError(str(exc)) from None
-        golden = config.getoption("npu_precision_golden")
-        if golden != "cpu" and not golden.startswith("cuda"):
-            raise pytest.UsageError(f"--npu-precision-golden {golden!r} cannot compute in float64 here: use cpu "
-                                    f"or cuda[:N]")
-        config.stash[_SETTINGS] = Settings(
-            device=backend_option(config, "npu_precision_device", "device"), rules=rules,
-            golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config),
-            max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget())
-    return config.stash[_SETTINGS]
-
-
-def rerun_options(config: pytest.Config) -> list[str]:
-    """The options that shaped a verdict, for a rerun command that reaches the same one from anywhere."""
-    words = []
-    for name, default in VERDICT_DEFAULTS.items():
-        value = config.getoption(name)
-        if value != default:
-            words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).is_file() else value]
-    for name in ("npu_precision_allow_tf32", "npu_precision_strict_warnings"):
-        if config.getoption(name):
-            words.append(f"--{name.replace('_', '-')}")
-    return words
 
 
 def run_header(settings: Settings) -> str:
@@ -227,9 +152,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if _SETTINGS not in config.stash:
-        return None
-    return run_header(config.stash[_SETTINGS])
+    settings = stashed(config)
+    return None if settings is None else run_header(settings)
 
 
 class DumpRoot(pytest.Collector):
@@ -296,7 +220,7 @@ class DumpCaseItem(pytest.Item):
         self.add_marker(pytest.mark.npu_backward if case.direction == "backward" else pytest.mark.npu_forward)
 
     def runtest(self) -> None:
-        settings = self.config.stash[_SETTINGS]
+        settings = settings_for(self.config)
         self.stash[RECORD] = case_record(self.case, settings, status="harness-error")
         try:
             result = run_case(self.case, self.dump.data_dir, settings)
@@ -326,7 +250,7 @@ class DumpCaseItem(pytest.Item):
         root = self.parent.parent.path
         rerun = shlex.join(["pytest", "--npu-precision", str(root), *rerun_options(self.config),
                             "--npu-precision-case", self.case.case_id])
-        settings = self.config.stash[_SETTINGS]
+        settings = settings_for(self.config)
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
                      f"{settings.golden_label}, baseline {settings.baseline_label}")
         parts.append(f"rerun: {rerun}")

@@ -235,7 +235,7 @@ class Collector:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _settings(self) -> Settings:
-        from .plugin import settings_for  # the run's backends, made once from the options (import cycle)
+        from .settings import settings_for  # the run's backends, made once from the options
 
         return settings_for(self.config)
 

@@ -187,3 +187,25 @@ def test_every_api_name_in_the_fixture_and_example_dumps_resolves():
     names = set().union(*(_dump_api_names(folder) for folder in folders))
     assert len(names) >= 20
     assert {name: resolve(name).unsupported for name in names if resolve(name).unsupported} == {}
+
+
+@pytest.mark.parametrize("name", ["os.system", "subprocess.run", "builtins.exec", "torch.load", "torch.hub.load",
+                                  "torch.Tensor.__reduce_ex__", "torch_npu.npu.set_dump"])
+def test_op_case_files_go_through_the_same_allow_list(name, tmp_path):
+    """An op case's dotted path imports nothing: it names a torch or torch_npu operator, or is refused."""
+    from pytest_npuprecision.opcases.run import resolve_op
+    from pytest_npuprecision.opcases.schema import SchemaError
+
+    with pytest.raises(SchemaError) as refused:
+        resolve_op(name, "op")
+    assert "op" in str(refused.value) and repr(name) in str(refused.value)
+
+
+@pytest.mark.parametrize(("name", "func"), [("torch.nn.functional.gelu", F.gelu), ("torch.matmul", torch.matmul),
+                                            ("torch.Tensor.add", torch.Tensor.add),
+                                            ("torch.linalg.inv", torch.linalg.inv)])
+def test_op_case_dotted_paths_to_operators_still_resolve(name, func):
+    from pytest_npuprecision.opcases.run import resolve_op
+
+    op, _ = resolve_op(name, "op")
+    assert op.func is func and op.api_name == name

@@ -50,7 +50,7 @@ def configure(config: pytest.Config) -> None:
 def settings_for(config: pytest.Config) -> OpCaseSettings:
     """The op case settings of this run, made once from the options."""
     if _SETTINGS not in config.stash:
-        from ..plugin import settings_for as run_settings  # the one reading of the device options (cycle)
+        from ..settings import settings_for as run_settings  # the one reading of the device options
 
         run = run_settings(config)
         folder = config.getoption("npu_precision_regressions")
@@ -202,7 +202,7 @@ class _Reporter:
         settings = settings_for(config)
         profile = settings.profile
         where = settings.regressions if settings.regressions is not None else "nowhere"
-        from ..plugin import settings_for as run_settings
+        from ..settings import settings_for as run_settings
 
         unused = "" if settings.baseline is not None or run_settings(config).baseline is None else (
             " (the recorded baseline holds dump cases only: op cases run without it)")

@@ -1,0 +1,95 @@
+"""The run's settings, read once from the options: device, golden, baseline, rules and the memory budget.
+
+Dump cases, op cases and the reports all take their Settings from here, so every part of a run
+judges with the same backends and tables, and a bad option is one usage error that names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from .backends import Backend, BackendError, load_backend
+from .baseline import BaselineFileError, RecordedBaseline
+from .budget import default_budget, parse_size
+from .cases import Settings
+from .rules import Rules
+
+_SETTINGS = pytest.StashKey[Settings]()
+
+
+# Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
+VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
+                    "npu_precision_rules": None}
+
+
+def memory_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
+    """The backend an option names; a bad value is a usage error that names the option."""
+    value = config.getoption(option)
+    try:
+        return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"),
+                            search=(config.invocation_params.dir, config.rootpath))
+    except BackendError as exc:
+        raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
+
+
+def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
+    value = config.getoption("npu_precision_baseline")
+    if value == "none":
+        return None
+    if Path(value).is_file():
+        try:
+            return RecordedBaseline.load(value)
+        except BaselineFileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    if value.endswith(".json"):
+        raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
+                                f"--npu-precision-record, a device, or none")
+    return backend_option(config, "npu_precision_baseline", "baseline")
+
+
+def settings_for(config: pytest.Config) -> Settings:
+    """The device, golden, baseline and rules of this run, made once from the options."""
+    if _SETTINGS not in config.stash:
+        rules = Rules.default()
+        if config.getoption("npu_precision_rules"):
+            try:
+                rules = rules.merged(config.getoption("npu_precision_rules"))
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        golden = config.getoption("npu_precision_golden")
+        if golden != "cpu" and not golden.startswith("cuda"):
+            raise pytest.UsageError(f"--npu-precision-golden {golden!r} cannot compute in float64 here: use cpu "
+                                    f"or cuda[:N]")
+        config.stash[_SETTINGS] = Settings(
+            device=backend_option(config, "npu_precision_device", "device"), rules=rules,
+            golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config),
+            max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget())
+    return config.stash[_SETTINGS]
+
+
+def rerun_options(config: pytest.Config) -> list[str]:
+    """The options that shaped a verdict, for a rerun command that reaches the same one from anywhere."""
+    words = []
+    for name, default in VERDICT_DEFAULTS.items():
+        value = config.getoption(name)
+        if value != default:
+            words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).is_file() else value]
+    for name in ("npu_precision_allow_tf32", "npu_precision_strict_warnings"):
+        if config.getoption(name):
+            words.append(f"--{name.replace('_', '-')}")
+    return words
+
+
+def stashed(config: pytest.Config) -> Settings | None:
+    """The settings if this run has made them (a run with dumps or op cases), else None."""
+    return config.stash.get(_SETTINGS, None)
