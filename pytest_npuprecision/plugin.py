@@ -139,8 +139,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return None
 
 
+def fallback_note(config: pytest.Config) -> str | None:
+    """What `auto` settled for when it found no accelerator: the run then checks CPU torch, not the dump's device."""
+    settings = stashed(config)
+    if settings is None or config.getoption("npu_precision_device") != "auto" or settings.device.name != "cpu":
+        return None
+    return ("npu-precision: --npu-precision-device auto found no NPU or GPU here, so these verdicts judge CPU "
+            "torch's own kernels, not the device the dump was taken on; run on that device (npu, cuda) to check it")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """`pytest DUMP` without --npu-precision collects nothing: say what was found and what to type."""
+    """Say loudly what `auto` fell back to; `pytest DUMP` without --npu-precision: what to type instead."""
+    note = fallback_note(config)
+    if note is not None:
+        terminalreporter.write_line(note, yellow=True, bold=True)
     if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or config.getoption("npu_precision"):
         return
     for arg in config.option.file_or_dir or ():
@@ -153,7 +165,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     settings = stashed(config)
-    return None if settings is None else run_header(settings)
+    if settings is None:
+        return None
+    note = fallback_note(config)
+    return [run_header(settings)] + ([note] if note else [])
 
 
 class DumpRoot(pytest.Collector):

@@ -134,3 +134,22 @@ def test_a_folder_without_a_dump_is_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--npu-precision 'empty' holds no dump.json: give a dump.json, or a rank, step "
                                  "or dump root folder written by msprobe*"])
+
+
+def test_auto_without_an_accelerator_says_loudly_that_cpu_torch_was_checked(pytester, dumps):
+    """A recorded output off by 1.5x still passes: the device side is CPU torch, and the run says so twice."""
+    import torch
+
+    data = dumps / "mlp_tensor" / "step0" / "rank0" / "dump_tensor_data"
+    name = next(p for p in data.iterdir() if p.name.startswith("Functional.gelu.0.forward.output"))
+    torch.save(torch.load(name, weights_only=True) * 1.5, name)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: auto picks it")
+    result = pytester.runpytest("--npu-precision=dumps/mlp_tensor", "-p", "no:cacheprovider")
+    note = ("npu-precision: --npu-precision-device auto found no NPU or GPU here, so these verdicts judge CPU torch's "
+            "own kernels, not the device the dump was taken on; run on that device (npu, cuda) to check it")
+    assert result.stdout.lines.count(note) == 2  # the header and the summary
+    result.assert_outcomes(passed=16)
+    explicit = pytester.runpytest("--npu-precision=dumps/mlp_tensor", "--npu-precision-device", "cpu",
+                                  "-p", "no:cacheprovider")
+    assert note not in explicit.stdout.lines
