@@ -171,12 +171,18 @@ def decode_grads(entry: Any) -> tuple[TensorSpec | None, ...]:
     return decoded
 
 
-def decode_value(desc: Any, where: str) -> Any:
+# msprobe nests arguments as deep as the call did (a list of tuples of tensors); far deeper is no call.
+MAX_NESTING = 32
+
+
+def decode_value(desc: Any, where: str, depth: int = 0) -> Any:
     """One descriptor to a Python value, a ``TensorSpec`` or a ``DumpedDevice``."""
     if desc is None:
         return None
     if isinstance(desc, list):
-        return [decode_value(d, f"{where}[{i}]") for i, d in enumerate(desc)]
+        if depth >= MAX_NESTING:
+            raise MalformedDescriptor(where, f"nests lists deeper than {MAX_NESTING} levels; no API call does")
+        return [decode_value(d, f"{where}[{i}]", depth + 1) for i, d in enumerate(desc)]
     if not isinstance(desc, dict):
         raise MalformedDescriptor(where, f"is {_kind(desc)}, expected a descriptor object")
     kind = desc.get("type")

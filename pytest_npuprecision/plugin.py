@@ -16,7 +16,7 @@ from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_cas
 from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
-from .report import RECORD, Collector, case_record, junit_properties
+from .report import RECORD, Collector, case_record, junit_properties, new_record
 from .settings import VERDICT_DEFAULTS, memory_size, rerun_options, settings_for, stashed
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
@@ -192,7 +192,7 @@ class DumpJsonFile(pytest.Collector):
     def collect(self):
         dump = load_dump(self.path, label=self.source.label, root=self.parent.path)
         if dump.error:
-            yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error)
+            yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error, label=self.source.label)
             return
         # Every case of the file counts as collected for stale known failures, even when a node id picks one.
         gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
@@ -208,11 +208,19 @@ class DumpJsonFile(pytest.Collector):
 class BrokenDumpItem(pytest.Item):
     """A dump.json that cannot be read fails as one item; the other dumps still run."""
 
-    def __init__(self, *, problem: str, **kwargs):
+    def __init__(self, *, problem: str, label: str, **kwargs):
         super().__init__(**kwargs)
         self.problem = problem
+        self.label = label
 
     def runtest(self) -> None:
+        settings = settings_for(self.config)
+        # A record too, so that cases.jsonl, the CSVs, JUnit and HTML list the file that could not run.
+        self.stash[RECORD] = new_record(
+            kind="dump", case_id=f"{self.label}::dump.json", key="dump.json", api="dump.json", direction="",
+            order=-1, location=self.label, source=str(self.path), seed=None, device=settings.device.name,
+            golden=settings.golden_label, baseline=settings.baseline_label, status="input-error",
+            message=self.problem)
         raise CaseInputError(self.problem)
 
     def repr_failure(self, excinfo, style=None):

@@ -400,3 +400,15 @@ def test_index_roles_take_their_bound_from_the_other_arguments(tmp_path, op, arg
     dump = load_dump(tmp_path / "dump.json")
     indices = materialize(dump.cases[0], dump.data_dir).args[-1]
     assert indices.min().item() == 0 and indices.max().item() == limit - 1
+
+
+def test_arguments_nested_past_any_call_are_malformed_not_a_recursion_error():
+    from pytest_npuprecision.arguments import MAX_NESTING, MalformedDescriptor, decode_value
+
+    deep = [[]]
+    for _ in range(2000):
+        deep = [deep]
+    with pytest.raises(MalformedDescriptor, match=f"nests lists deeper than {MAX_NESTING} levels"):
+        decode_value(deep, "input_kwargs['x']")
+    shallow = [[[1]]]
+    assert decode_value([[[{"type": "int", "value": 1}]]], "x") == [[[1]]] and shallow
