@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .config_files import ConfigError, load_json
 from .metrics import Metrics
 
 FORMAT = "pytest-npuprecision record"
@@ -58,10 +59,9 @@ class RecordedBaseline:
     def load(cls, path: Path | str) -> "RecordedBaseline":
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BaselineFileError(f"baseline {path} is not readable JSON ({exc}): give a file written by "
-                                    f"--npu-precision-record") from None
+            data = load_json(path, "baseline")
+        except ConfigError as exc:
+            raise BaselineFileError(f"{exc}: give a file written by --npu-precision-record") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise BaselineFileError(f"baseline {path} is not a pytest-npuprecision record: write one with "
                                     f"--npu-precision-record on the trusted machine")

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .config_files import ConfigError, load_json
 from .summary import check_excess, excess, failing_checks, is_failing, number
 
 STATUSES = ("error", "warning", "input-error")  # what a listed case may fail with
@@ -64,13 +66,13 @@ class KnownFailure:
 
 def load(path: Path) -> dict[str, KnownFailure]:
     """Read and validate the file; raise KnownFailuresError naming what is wrong and how to fix it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise KnownFailuresError(f"known-failures file {str(path)!r} does not exist: create it with "
-                                 f"--npu-precision-update-known-failures") from None
-    except json.JSONDecodeError as exc:
-        raise KnownFailuresError(f"known-failures file {str(path)!r} is not valid JSON: {exc}") from None
+                                 f"--npu-precision-update-known-failures")
+    try:
+        data = load_json(path, "known-failures file")
+    except ConfigError as exc:
+        raise KnownFailuresError(str(exc)) from None
     if not isinstance(data, dict):
         raise KnownFailuresError(f"known-failures file {str(path)!r} must be a JSON object keyed by case id, "
                                  f"not a {type(data).__name__}")

@@ -17,7 +17,7 @@ from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties, new_record
-from .settings import VERDICT_DEFAULTS, memory_size, rerun_options, settings_for, stashed
+from .settings import VERDICT_DEFAULTS, check_output_paths, memory_size, rerun_options, settings_for, stashed
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 
@@ -65,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_precision: a precision case from an msprobe dump")
     config.addinivalue_line("markers", "npu_forward: a forward API call from a dump")
     config.addinivalue_line("markers", "npu_backward: a backward API call from a dump")
+    check_output_paths(config)
     opcases.configure(config)
     failure = (PrecisionFailure, opcases.OpCaseFailure)
     gating.configure(config, expected={"error": failure, "warning": failure,

@@ -302,14 +302,16 @@ def _deep_merge(base: Mapping, extra: Mapping) -> dict:
 
 
 def _load_yaml(path: Path) -> Mapping:
+    from .config_files import ConfigError, load_yaml, validate
+    from .schemas import RulesFile
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"rules file {path} cannot be read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"rules file {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise ValueError(f"rules file {path} must hold a mapping with dtypes, standards, levels or ops")
+        data = load_yaml(path, "rules file")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: the rules file must hold a mapping with dtypes, standards, levels or ops")
+        validate(RulesFile, data, path)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     return data
 
 

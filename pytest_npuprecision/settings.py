@@ -7,6 +7,7 @@ judges with the same backends and tables, and a bad option is one usage error th
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None
     value = config.getoption("npu_precision_baseline")
     if value == "none":
         return None
-    if Path(value).is_file():
+    if os.path.lexists(value):
         try:
             return RecordedBaseline.load(value)
         except BaselineFileError as exc:
@@ -55,6 +56,19 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None
         raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
                                 f"--npu-precision-record, a device, or none")
     return backend_option(config, "npu_precision_baseline", "baseline")
+
+
+def check_output_paths(config: pytest.Config) -> None:
+    """The report folder and the record file must be what they are named as, before a run spends its time."""
+    report = config.getoption("npu_precision_report")
+    if report is not None and os.path.lexists(report) and not os.path.isdir(report):
+        raise pytest.UsageError(f"--npu-precision-report {report!r} is a file, not a folder: name a folder for the "
+                                f"reports (it is created if missing)")
+    for option, what in (("npu_precision_record", "--npu-precision-record"), ("npu_precision_html", "--npu-precision-html")):
+        target = config.getoption(option)
+        if target is not None and os.path.isdir(target):
+            raise pytest.UsageError(f"{what} {target!r} is a folder: name the file to write, such as "
+                                    f"{os.path.join(target, 'baseline.json' if option.endswith('record') else 'report.html')}")
 
 
 def settings_for(config: pytest.Config) -> Settings:

@@ -309,8 +309,13 @@ def _recorded_text(pytester, change) -> str:
 
 
 BAD_FILES = {
-    "not JSON": (lambda pytester: "{", "baseline base.json is not readable JSON (Expecting property name enclosed "
+    "not JSON": (lambda pytester: "{", "base.json: the baseline is not valid JSON (Expecting property name enclosed "
                  "in double quotes: line 1 column 2 (char 1)): give a file written by --npu-precision-record"),
+    "nested 100,000 deep": (lambda pytester: "[" * 100_000 + "]" * 100_000,
+                            "base.json: the baseline nests deeper than JSON can be read here: give a file written by "
+                            "--npu-precision-record"),
+    "not UTF-8": (lambda pytester: "\udcff", "base.json: the baseline is not UTF-8 text (byte 0): save it as UTF-8: "
+                                             "give a file written by --npu-precision-record"),
     "a known-failures file": (
         lambda pytester: '{"a::b": {"status": "error"}}',
         "baseline base.json is not a pytest-npuprecision record: write one with --npu-precision-record on the "
@@ -347,7 +352,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("problem", BAD_FILES)
 def test_an_unusable_baseline_file_is_a_usage_error_naming_the_problem(pytester, problem):
     text, message = BAD_FILES[problem]
-    (pytester.path / "base.json").write_text(text(pytester))
+    (pytester.path / "base.json").write_bytes(text(pytester).encode("utf-8", "surrogateescape"))
     result = run(pytester, "--npu-precision-baseline", "base.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"ERROR: {message}" in result.stderr.lines

@@ -7,13 +7,13 @@ documents the schema with a complete example.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
+from ..config_files import ConfigError, load_yaml
 from ..dtypes import parse_dtype
 from ..rules import STANDARD_NAMES, Rules
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
@@ -24,6 +24,7 @@ CASE_FIELDS = ("id", "op", "dtypes", "dims", "inputs", "kwargs", "reference", "s
 TENSOR_FIELDS = ("shape", "dtype", "range", "min_magnitude", "indices", "special", "grad")
 CASE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAX_ELEMENTS = 1 << 16  # per tensor: op cases stay small so that hundreds of examples run in seconds
+MAX_EXAMPLES = 10_000  # per case and dtype: past this a search is a benchmark, not a test
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -40,14 +41,10 @@ def load_case_file(path: Path, root: Path | None = None) -> list[OpCase | Broken
     """Every case of one YAML file, each an OpCase or a BrokenCase; never raises for bad content."""
     source = _relative(path, root)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        return [BrokenCase(path.name, source, f"{source} cannot be read: {exc.strerror}")]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        return [BrokenCase(path.name, source, f"{source} is not valid YAML{where} ({problem}): fix the syntax")]
+        data = load_yaml(path, "op case file")
+    except ConfigError as exc:
+        # The reader names the path as given; the case list names it from the rootdir.
+        return [BrokenCase(path.name, source, str(exc).replace(f"{path}: the op case file", source, 1))]
     if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list):
         return [BrokenCase(path.name, source, f"{source} holds no 'cases' list: write a mapping with "
                                               f"cases: [...] (and optionally defaults: {{...}})")]
@@ -138,7 +135,7 @@ def parse_case(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> OpCase
         dims=dims, reference=_optional_name(raw.get("reference"), "reference"),
         standard=parse_standard(raw.get("standard")), limits=limits, roundings=roundings, reason=reason,
         backward=_bool(raw.get("backward", False), "backward"),
-        max_examples=_count(raw.get("max_examples"), "max_examples", minimum=1),
+        max_examples=_count(raw.get("max_examples"), "max_examples", minimum=1, maximum=MAX_EXAMPLES),
         seed=_count(raw.get("seed"), "seed", minimum=0),
         found_by=_optional_name(raw.get("found_by"), "found_by"),
     )
@@ -219,6 +216,10 @@ def _input(raw: Any, field: str, dims: Mapping[str, tuple[int, int]], previous: 
         if extra or not isinstance(raw["file"], str):
             raise SchemaError(field, f"{dict(raw)!r} is not a file input: write file: name.pt and optionally grad:")
         path = base_dir / raw["file"]
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(os.path.realpath(base_dir)):
+            raise SchemaError(f"{field}.file", f"{raw['file']!r} leads out of the case file's folder: keep regression "
+                                               f"inputs next to the case file")
         if not path.is_file():
             raise SchemaError(f"{field}.file", f"{raw['file']!r} does not exist next to the case file: "
                                                f"restore it or delete the case")
@@ -391,9 +392,12 @@ def _bool(raw: Any, field: str) -> bool:
     return raw
 
 
-def _count(raw: Any, field: str, *, minimum: int) -> int | None:
+def _count(raw: Any, field: str, *, minimum: int, maximum: int | None = None) -> int | None:
     if raw is None:
         return None
     if not isinstance(raw, int) or isinstance(raw, bool) or raw < minimum:
         raise SchemaError(field, f"{raw!r} is not a whole number >= {minimum}: write one")
+    if maximum is not None and raw > maximum:
+        raise SchemaError(field, f"{raw} is more than the {maximum} this harness runs for one case: write at most "
+                                 f"{maximum}")
     return raw
