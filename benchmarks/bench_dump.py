@@ -1,6 +1,6 @@
 """Per-case harness overhead of dump cases, and how fast a large dump turns into cases.
 
-Runs every case of the shared transformer_tensor fixture dump and of a synthetic statistics dump
+Runs every case of the msprobe transformer_tensor fixture dump (tests/data) and of a synthetic statistics dump
 of 10 000 entries (the mlp_statistics entries repeated with fresh call indices), in process,
 through the same core the plugin uses. Prints the median harness overhead per case (case time
 minus the op's own device and golden time) and the total. msprobe's acc_check needs about
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import tempfile
@@ -25,7 +26,8 @@ import torch
 from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import find_dump_files, load_dump
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "msprobe-dumps"
+FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES",
+                               Path(__file__).resolve().parents[1] / "tests" / "data" / "msprobe-dumps"))
 
 
 def synthetic_dump(source: Path, entries: int, folder: Path) -> Path:
