@@ -1,0 +1,98 @@
+"""The hostile-input corpus (tests/hostile/make_corpus.py) run as a user would: no payload runs, nothing
+outside the dump is opened, time and memory stay bounded, every item ends as the one outcome it names,
+the good entry beside it passes, and the reports list every case (issues 13 and 18)."""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "hostile"))
+import make_corpus  # noqa: E402
+
+LIMIT_SECONDS = 300
+LIMIT_RSS = 2 * 2**30
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hostile")
+    for folder in ("dumps", "outside", "markers"):
+        (base / folder).mkdir()
+    items = make_corpus.build(base / "dumps", base / "outside", base / "markers")
+    return base, items
+
+
+def _run(base: Path, name: str, *options: str) -> tuple[subprocess.CompletedProcess, list[dict], list[str]]:
+    cwd = base / f"cwd-{name}"
+    cwd.mkdir()
+    audit = base / f"audit-{name}.log"  # subprocess.Popen logs its executable: argv[0]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "NPU_PRECISION_AUDIT_LOG": str(audit),
+           "PYTHONPATH": os.pathsep.join([str(HERE / "hostile"), os.environ.get("PYTHONPATH", "")])}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "audit_plugin",
+         f"--npu-precision={base / 'dumps'}", "--npu-precision-device", "cpu", "--npu-precision-report", "report",
+         "--npu-precision-max-case-memory", "256MiB", *options],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=LIMIT_SECONDS, stdin=subprocess.DEVNULL)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    assert peak < LIMIT_RSS or peak <= before * 1024, f"peak RSS {peak / 2**30:.1f} GiB"
+    records = [json.loads(line) for line in (cwd / "report" / "cases.jsonl").read_text().splitlines()]
+    events = audit.read_text().splitlines() if audit.exists() else []
+    return result, records, events
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_every_hostile_item_ends_as_it_should_and_harms_nothing(corpus, workers):
+    base, items = corpus
+    result, records, events = _run(base, "xdist" if workers else "serial", *workers)
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+    # No payload ran: no marker, no process started.
+    assert sorted(p.name for p in (base / "markers").iterdir()) == []
+    # The only processes are the harness's own: platform's `uname`, and xdist's workers.
+    started = {e.split("\t", 1)[1] for e in events if not e.startswith("open\t")}
+    assert started <= {"uname", sys.executable}
+    # Nothing outside the dumps was opened: not the secret files, not the linked folders.
+    outside = str(base / "outside")
+    assert [e for e in events if e.startswith("open\t") and e.split("\t", 1)[1].startswith(outside)] == []
+    # One record per case: a link loop multiplies nothing; no harness error anywhere.
+    ids = [r["case_id"] for r in records]
+    assert len(ids) == len(set(ids))
+    assert [r["case_id"] for r in records if r["status"] == "harness-error"] == []
+    by_item: dict[str, list[dict]] = {}
+    for record in records:
+        by_item.setdefault(record["case_id"].split("/", 1)[0], []).append(record)
+    wrong = {}
+    for item in items:
+        mine = by_item.get(item.name, [])
+        bad = [r for r in mine if r["key"] == item.key]
+        good = [r for r in mine if r["key"] == make_corpus.GOOD_KEY]
+        seen = [(r["status"], r["reason"]) for r in bad]
+        if seen != [(item.status, item.reason)] or not (item.whole_file or (good and {g["status"] for g in good} ==
+                                                                              {"pass"})):
+            wrong[item.name] = [(r["key"], r["status"], r["reason"], r["message"][:200]) for r in mine]
+        if item.status != "pass":
+            assert all(r["message"] for r in bad), item.name  # every failure and skip says why
+    assert wrong == {}
+
+
+def test_messages_name_the_file_and_the_api(corpus):
+    base, _ = corpus
+    result, records, _ = _run(base, "messages")
+    by_case = {r["case_id"]: r for r in records}
+    truncated = by_case["truncated-pt/step0/rank0::Functional.relu.1.forward"]["message"]
+    assert "Functional.relu.1.forward" in truncated and "bad.pt" in truncated and "truncated or corrupt" in truncated
+    inflated = by_case["inflated-storage-pt/step0/rank0::Functional.relu.1.forward"]["message"]
+    assert "far more than the float32 [8, 32] tensor that dump.json declares (1024 bytes)" in inflated
+    large = by_case["shape-10-to-9/step0/rank0::Functional.relu.1.forward"]["message"]
+    assert "past the budget of 256.0 MiB; raise --npu-precision-max-case-memory" in large
+    fifo = by_case["fifo-dump-json/step0/rank0::dump.json"]["message"]
+    assert fifo.endswith("is not a regular file; re-dump it with msprobe or remove it from the dump folder")
+    system = by_case["os-system/step0/rank0::Torch.os.system.0.forward"]["message"]
+    assert "not a known operator" in system
