@@ -6,7 +6,6 @@ Everything that decides anything lives in the core modules; this file only trans
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties, new_record
-from .settings import VERDICT_DEFAULTS, check_output_paths, memory_size, rerun_options, settings_for, stashed
+from .settings import VERDICT_DEFAULTS, check_output_paths, memory_size, rerun_command, settings_for, stashed
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 
@@ -272,8 +271,7 @@ class DumpCaseItem(pytest.Item):
             parts.append(STRICT_WARNINGS_NOTE)
         # An absolute dump path works from any directory; the case id picks the case under it.
         root = self.parent.parent.path
-        rerun = shlex.join(["pytest", "--npu-precision", str(root), *rerun_options(self.config),
-                            "--npu-precision-case", self.case.case_id])
+        rerun = rerun_command(self.config, "--npu-precision", str(root), "--npu-precision-case", self.case.case_id)
         settings = settings_for(self.config)
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
                      f"{settings.golden_label}, baseline {settings.baseline_label}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,23 @@ def rerun_options(config: pytest.Config) -> list[str]:
         if config.getoption(name):
             words.append(f"--{name.replace('_', '-')}")
     return words
+
+
+def rerun_command(config: pytest.Config, *words: str) -> str:
+    """``pytest WORDS`` with the verdict's options, as a shell command that works as printed from anywhere.
+
+    A ``module:object`` backend was imported from the rootdir or the folder pytest ran in, so the
+    command then starts there.
+    """
+    command = shlex.join(["pytest", *words[:2], *rerun_options(config), *words[2:]])
+    if any(_is_object_spec(config.getoption(name)) for name in ("npu_precision_device", "npu_precision_baseline")):
+        command = f"cd {shlex.quote(str(config.invocation_params.dir))} && {command}"
+    return command
+
+
+def _is_object_spec(value: str) -> bool:
+    module, colon, attribute = value.partition(":")
+    return bool(colon) and not attribute.isdigit() and not os.path.lexists(value)
 
 
 def stashed(config: pytest.Config) -> Settings | None:

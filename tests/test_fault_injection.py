@@ -156,6 +156,6 @@ def test_the_failure_message_names_the_fault_standard_and_a_rerun_with_the_backe
         "npu-precision: device faulty-cpu (*faults Tensor.__truediv__ wrong_element 1.5)*",
         "case step0/rank0::Tensor.__truediv__.0.forward, seed *, device faulty-cpu vs golden cpu float64, "
         "baseline none",
-        "rerun: pytest --npu-precision */transformer_tensor --npu-precision-device planted_faults_*:backend "
+        "rerun: cd * && pytest --npu-precision */transformer_tensor --npu-precision-device planted_faults_*:backend "
         "--npu-precision-case step0/rank0::Tensor.__truediv__.0.forward",
     ])

@@ -153,3 +153,25 @@ def test_auto_without_an_accelerator_says_loudly_that_cpu_torch_was_checked(pyte
     explicit = pytester.runpytest("--npu-precision=dumps/mlp_tensor", "--npu-precision-device", "cpu",
                                   "-p", "no:cacheprovider")
     assert note not in explicit.stdout.lines
+
+
+def test_the_rerun_line_of_a_custom_backend_works_as_printed_from_anywhere(pytester, dumps):
+    """The backend module sits in the folder pytest ran in, importable without python -m (issue 20)."""
+    import os
+    import subprocess
+    import sys
+
+    pytester.makepyfile(bad_gelu=FAULTY)
+    shutil.copy(Path(__file__).with_name("faulty_backend.py"), pytester.path)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "PYTHONPATH": ""}
+    first = subprocess.run([str(Path(bin_dir) / "pytest"), "--npu-precision=dumps/mlp_tensor", "--npu-precision-device",
+                            "bad_gelu:backend", "-p", "no:cacheprovider", "-k", "gelu.0.forward"],
+                           cwd=pytester.path, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]
+    rerun = next(line for line in first.stdout.splitlines() if line.startswith("rerun: "))
+    assert rerun.startswith(f"rerun: cd {pytester.path} && pytest --npu-precision ")
+    elsewhere = pytester.mkdir("elsewhere")
+    again = subprocess.run(rerun.removeprefix("rerun: ") + " -p no:cacheprovider", shell=True, cwd=elsewhere,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "1 failed" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
