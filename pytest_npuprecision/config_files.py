@@ -149,7 +149,10 @@ def validate(model: Any, data: Any, path: Path | str) -> Any:
 
 def describe_error(error: dict) -> str:
     """'dtypes.float32: expected a mapping, got 5' from one pydantic error."""
-    where = ".".join(_keys(error)) or "the top level"
+    where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in _keys(error)).lstrip(".")
+    where = where or "the top level"
+    if error["type"] == "missing":
+        return f"{where}: is missing"
     value = error.get("input")
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     message = error["msg"].removeprefix("Value error, ").split(" or instance of ")[0]
@@ -157,8 +160,8 @@ def describe_error(error: dict) -> str:
     return f"{where}: {message}, got {shown}"
 
 
-def _keys(error: dict) -> list[str]:
-    return [str(part) for part in error["loc"] if not _is_type_name(part)]
+def _keys(error: dict) -> list[str | int]:
+    return [part if isinstance(part, int) else str(part) for part in error["loc"] if not _is_type_name(part)]
 
 
 def _is_type_name(part: Any) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .config_files import ConfigError, load_json
+from .config_files import ConfigError, load_json, validate
 from .summary import check_excess, excess, failing_checks, is_failing, number
 
 STATUSES = ("error", "warning", "input-error")  # what a listed case may fail with
@@ -73,39 +73,17 @@ def load(path: Path) -> dict[str, KnownFailure]:
         data = load_json(path, "known-failures file")
     except ConfigError as exc:
         raise KnownFailuresError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise KnownFailuresError(f"known-failures file {str(path)!r} must be a JSON object keyed by case id, "
-                                 f"not a {type(data).__name__}")
-    return {case_id: _entry(path, case_id, entry) for case_id, entry in data.items()}
+    from .schemas import KnownFailuresFile
 
-
-def _entry(path: Path, case_id: str, entry: object) -> KnownFailure:
-    def bad(problem: str) -> KnownFailuresError:
-        return KnownFailuresError(f"known-failures file {str(path)!r}, entry {case_id!r}: {problem}")
-
-    if not isinstance(entry, dict):
-        raise bad("must be an object with reason, status, accepted and outputs")
-    missing = [k for k in ("reason", "status", "accepted") if k not in entry]
-    if missing:
-        raise bad(f"has no {', '.join(missing)}: add it (reason may be an empty string)")
-    for key in ("reason", "accepted", "message"):
-        if not isinstance(entry.get(key, ""), str):
-            raise bad(f"{key} must be a string, not {entry[key]!r}")
-    if entry["status"] not in STATUSES:
-        raise bad(f"status {entry['status']!r} is not one of {', '.join(STATUSES)}")
-    outputs = entry.get("outputs", {})
-    if not isinstance(outputs, dict):
-        raise bad("outputs must be an object: output name -> list of {metric, value, limit}")
-    parsed = {}
-    for name, checks in outputs.items():
-        try:
-            parsed[name] = tuple(AcceptedCheck(str(c["metric"]), float(c["value"]), float(c["limit"]))
-                                 for c in checks)
-        except (TypeError, KeyError, ValueError):
-            raise bad(f"outputs[{name!r}] must be a list of {{metric, value, limit}} with numbers, "
-                      f"not {checks!r}") from None
-    return KnownFailure(case_id, entry["reason"], entry["status"], entry["accepted"], parsed,
-                        entry.get("message", ""))
+    try:
+        entries = validate(KnownFailuresFile, data, path)
+    except ConfigError as exc:
+        raise KnownFailuresError(f"{exc}: fix the entry, or rewrite the file with "
+                                 f"--npu-precision-update-known-failures") from None
+    return {case_id: KnownFailure(case_id, e.reason, e.status, e.accepted,
+                                  {name: tuple(AcceptedCheck(c.metric, float(c.value), float(c.limit)) for c in checks)
+                                   for name, checks in e.outputs.items()}, e.message)
+            for case_id, e in entries.items()}
 
 
 def dump(entries: Mapping[str, KnownFailure], path: Path) -> None:

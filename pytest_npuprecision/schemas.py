@@ -1,7 +1,8 @@
-"""The schema of the rules file, on a validation library (pydantic v2).
+"""The schemas of the configuration files, on one validation library (pydantic v2).
 
-The model says what a file may hold; config_files.validate turns a mismatch into
-``FILE: key.path: problem``. It only checks: rules.py still builds its tables from the checked data.
+Each model says what a file may hold; config_files.validate turns a mismatch into
+``FILE: key.path: problem``. The rules model only checks (rules.py builds its tables from the data);
+the known-failures model's records are what known_failures.py reads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ Level = Literal["L0", "L1", "L2"]
 def _finite_non_negative(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError("expected a finite number >= 0")
+    return float(value)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("expected a number")
     return float(value)
 
 
@@ -74,3 +81,21 @@ class RulesFile(_Strict):
     levels: Optional[Dict[Level, List[StrictStr]]] = None
     ops: Optional[Dict[StrictStr, Optional[OpEntry]]] = None
     backward_roundings: Optional[Count] = None
+
+
+class AcceptedCheckEntry(_Strict):
+    metric: StrictStr
+    value: Annotated[Any, AfterValidator(_number)]
+    limit: Annotated[Any, AfterValidator(_number)]
+
+
+class KnownFailureEntry(_Strict):
+    reason: StrictStr
+    status: Literal["error", "warning", "input-error"]
+    accepted: StrictStr
+    outputs: Dict[StrictStr, List[AcceptedCheckEntry]] = {}
+    message: StrictStr = ""
+
+
+# --npu-precision-known-failures: case id -> the failure accepted for it.
+KnownFailuresFile = Dict[StrictStr, KnownFailureEntry]

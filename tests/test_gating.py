@@ -243,15 +243,17 @@ BAD_FILES = {
                       "quotes"),
     "nested 100,000 deep": ("[" * 100_000 + "]" * 100_000, "kf.json: the known-failures file nests deeper than JSON "
                                                            "can be read here"),
-    "a list": ("[]", "must be a JSON object keyed by case id, not a list"),
-    "entry without status": ('{"a::b": {"reason": "", "accepted": "2026-01-01"}}',
-                             "entry 'a::b': has no status: add it (reason may be an empty string)"),
+    "a list": ("[]", "kf.json: the top level: input should be a valid dictionary, got list"),
+    "entry without status": ('{"a::b": {"reason": "", "accepted": "2026-01-01"}}', "kf.json: a::b.status: is missing"),
     "unknown status": ('{"a::b": {"reason": "", "accepted": "x", "status": "bad"}}',
-                       "entry 'a::b': status 'bad' is not one of error, warning, input-error"),
+                       "kf.json: a::b.status: input should be 'error', 'warning' or 'input-error', got 'bad'"),
     "checks without numbers": ('{"a::b": {"reason": "", "accepted": "x", "status": "error", '
                                '"outputs": {"output.0": [{"metric": "m"}]}}}',
-                               "entry 'a::b': outputs['output.0'] must be a list of {metric, value, limit} "
-                               "with numbers"),
+                               "kf.json: a::b.outputs.output.0[0].value: is missing: fix the entry, or rewrite the "
+                               "file with --npu-precision-update-known-failures"),
+    "a string for a number": ('{"a::b": {"reason": "", "accepted": "x", "status": "error", '
+                              '"outputs": {"output.0": [{"metric": "m", "value": "big", "limit": 1}]}}}',
+                              "kf.json: a::b.outputs.output.0[0].value: expected a number, got 'big'"),
 }
 
 
