@@ -204,21 +204,27 @@ class _Forward:
     seconds: float
 
 
+@contextlib.contextmanager
+def _op_errors(op: ResolvedOp, side: _Side, direction: str) -> Iterator[None]:
+    """What the op raises is an OpExecutionError of the case; running out of memory is the machine's."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise OpExecutionError(op.api_name, side.label, direction, exc) from exc
+
+
 def _forward(op: ResolvedOp, args, kwargs, side: _Side, grad_paths: Collection[str],
              notes: list[str]) -> _Forward:
     leaves: dict[str, torch.Tensor] = {}
     call_args, call_kwargs = _arguments(args, kwargs, side, notes, grad_paths=grad_paths, leaves=leaves)
     grad_mode = torch.enable_grad() if grad_paths else torch.no_grad()
-    try:
-        with grad_mode, side.context():
-            start = time.perf_counter()
-            result = side.backend.call(op.api_name, op.func, call_args, call_kwargs)
-            side.backend.synchronize()
-            seconds = time.perf_counter() - start
-    except MemoryError:
-        raise  # the machine ran out, not a fault of the dump: a harness error
-    except Exception as exc:
-        raise OpExecutionError(op.api_name, side.label, "forward", exc) from exc
+    with _op_errors(op, side, "forward"), grad_mode, side.context():
+        start = time.perf_counter()
+        result = side.backend.call(op.api_name, op.func, call_args, call_kwargs)
+        side.backend.synchronize()
+        seconds = time.perf_counter() - start
     if result is None and op.inplace and call_args:  # __setitem__ returns None; its result is args[0]
         result = call_args[0]
     return _Forward(_flatten(result), leaves, seconds)
@@ -250,16 +256,11 @@ def _backward(op: ResolvedOp, run: _Forward, cotangents: Mapping[str, torch.Tens
         return {}, 0.0
     outputs = [t for t, _ in pairs]
     grads_in = [g.to(device=side.device, dtype=t.dtype) for t, g in pairs]
-    try:
-        with side.device, side.backend.running(side.seed):
-            start = time.perf_counter()
-            grads = side.backend.gradients(op.api_name, outputs, list(run.leaves.values()), grads_in)
-            side.backend.synchronize()
-            seconds = time.perf_counter() - start
-    except MemoryError:
-        raise  # the machine ran out, not a fault of the dump: a harness error
-    except Exception as exc:
-        raise OpExecutionError(op.api_name, side.label, "backward", exc) from exc
+    with _op_errors(op, side, "backward"), side.device, side.backend.running(side.seed):
+        start = time.perf_counter()
+        grads = side.backend.gradients(op.api_name, outputs, list(run.leaves.values()), grads_in)
+        side.backend.synchronize()
+        seconds = time.perf_counter() - start
     return dict(zip(run.leaves, grads)), seconds
 
 
