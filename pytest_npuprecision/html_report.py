@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import svg_plots
+from .verdict import METRIC_MEANINGS, meaning
 from .summary import (ALL_CHECKS, STATUS_ORDER, check_excess, counts, failing_statuses, first_failing, is_failing,
                       known_outcome, number, op_name, times_limit, worst_check, worst_text)
 
@@ -55,9 +56,21 @@ def render(records: list[dict], *, generated: str, gating: Gating) -> str:
         _gating(records, gating),
         _case_table(records, strict, {r["case_id"] for r in failing[:MAX_PLOTTED]}),
         _failures(failing),
+        _legend(records),
         f"<script>{_SCRIPT}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _legend(records: list[dict]) -> str:
+    """What each metric of the report means, one line each: the ones that appear in these records."""
+    shown = sorted({c["metric"] for r in records for o in r["outputs"] for c in o["checks"]} & set(METRIC_MEANINGS)
+                   or METRIC_MEANINGS)
+    rows = "".join(f'<tr id="metric-{escape(m)}"><td><code>{escape(m)}</code></td><td>{escape(meaning(m))}</td></tr>'
+                   for m in shown)
+    return ('<section id="legend"><h2>Legend: what the metrics mean</h2><p>Each check is a metric against its '
+            'limit; a ratio above 1 of its limit fails.</p><table><thead><tr><th>metric</th><th>meaning</th></tr>'
+            f'</thead><tbody>{rows}</tbody></table></section>')
 
 
 def _badge(status: str) -> str:

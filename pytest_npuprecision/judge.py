@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
 
-from .dtypes import parse_dtype
+from .dtypes import float_format, parse_dtype
 from .metrics import Accumulation, Metrics, compute_metrics
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from .standards import Subject, beside_baseline, inf_nan_gate, select
@@ -71,12 +72,14 @@ def judge(
     floor = rules.benchmark_floor(target)
     checks = chosen.checks(metrics, rules.limits_for(chosen.name, target, rule), base_metrics, floor)
     label, worst_field, forgiven = chosen.name, chosen.worst, []
+    worst_standard = chosen
     if base_metrics is not None and standard is None and chosen.name == "benchmark":
         own = select(dataclasses.replace(subject, has_baseline=False))
         own_checks, forgiven = beside_baseline(own, metrics, base_metrics,
                                                rules.limits_for(own.name, target, rule), floor)
         if _fails(own_checks) and not _fails(checks):
             worst_field = own.worst  # only the own standard fails it: point at its worst element
+            worst_standard = own
         checks, label = checks + own_checks, f"benchmark+{own.name}"
     if target.is_floating_point:
         checks.insert(0, inf_nan_gate(metrics))
@@ -93,7 +96,9 @@ def judge(
         checks=tuple(checks),
         metrics=metrics,
         baseline_metrics=base_metrics,
-        worst=_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
+        worst=_with_allowance(_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
+                              worst_standard.name if worst_field == worst_standard.worst else None, metrics, params,
+                              rules.limits_for(worst_standard.name, target, rule), target),
         notes=all_notes,
     )
 
@@ -142,6 +147,31 @@ def _element(flat_index: int, actual, golden, baseline) -> Element | None:
         return t.reshape(-1)[flat_index].item()
 
     return Element(index, value(actual), value(golden), None if baseline is None else value(baseline))
+
+
+def _with_allowance(element: Element | None, standard: str | None, metrics: Metrics, params, limits,
+                    dtype: torch.dtype) -> Element | None:
+    """The element with the error its standard allows there, in the tensor's own units (None where the
+    standard judges no single element: the benchmark ratios, a disagreeing inf or nan)."""
+    if element is None or standard is None or not math.isfinite(element.golden):
+        return element
+    g = abs(element.golden)
+    allowed = None
+    if standard == "binary":
+        allowed = 0.0
+    elif standard == "absolute":
+        allowed = params.rtol * g if g >= params.small_value else params.small_value_atol
+    elif standard == "thousandth":
+        allowed = params.thousandth_rtol * g + params.small_value_atol
+    elif standard == "ulp" and "max_ulp_err" in limits and dtype.is_floating_point:
+        fmt = float_format(dtype)
+        exponent = math.frexp(max(g, math.ldexp(1.0, fmt.min_exponent)))[1] - 1
+        allowed = limits["max_ulp_err"].error * math.ldexp(1.0, exponent - fmt.mantissa_bits)
+    elif standard == "error_bound" and "max_bound_ratio" in limits and metrics.max_bound_ratio > 0:
+        # The worst element is the one of the largest error/bound: its bound is its error over that ratio.
+        bound = abs(element.actual - element.golden) / metrics.max_bound_ratio
+        allowed = limits["max_bound_ratio"].error * bound
+    return element if allowed is None else dataclasses.replace(element, allowed=allowed)
 
 
 def _notes(actual, golden, metrics: Metrics, base: Metrics | None) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ transfer. Metrics are computed in float64 where the device has it (float32 elsew
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 import torch
 
@@ -95,6 +95,7 @@ class Metrics:
     magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound: scaling, truncation
     golden_rms: float
     worst: WorstIndices
+    over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -108,6 +109,9 @@ class Metrics:
         values = {}
         for f in fields(cls):
             if f.name not in data:
+                if f.default is not MISSING:  # added after files were recorded: they still load
+                    values[f.name] = f.default
+                    continue
                 raise ValueError(f"metrics lack {f.name!r}")
             values[f.name] = data[f.name]
         try:
@@ -173,7 +177,7 @@ _SUMS = (
     "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
-    "sum_bound", "sum_bias", "sum_magnitude_bias",
+    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound",
 )
 _MAXIMA = ("abs", "rel", "ulp", "bound")
 _FIRSTS = ("nonfinite", "binary")
@@ -273,6 +277,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
         count((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
+        count(bound_ratio > 1),
     )])
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -340,6 +345,7 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         magnitude_bound_bias=mean(s["sum_magnitude_bias"], finite),
         golden_rms=golden_rms,
         worst=worst,
+        over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
     )
 
 

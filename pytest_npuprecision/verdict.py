@@ -55,6 +55,7 @@ class Element:
     actual: float
     golden: float
     baseline: float | None = None
+    allowed: float | None = None  # the absolute error the standard allows here
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,68 @@ def _number(value: float | None, digits: int = 6) -> str:
     return f"{value:.{digits}g}"
 
 
+def _share(part: int, whole: int) -> str:
+    share = 100 * part / whole if whole else 0.0
+    return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"
+
+
+def _relative(error: float, golden: float) -> str:
+    return _number(error / abs(golden), 3) if golden else "inf"
+
+
 def _value(value: float | None) -> str:
     """Tensor values with enough digits to tell float32 neighbours apart."""
     return _number(value, 9)
+
+
+# One line each on what a metric measures, for messages and the HTML report's legend.
+METRIC_MEANINGS = {
+    "nonfinite_mismatch": "elements whose inf or nan disagrees with the golden",
+    "binary_mismatch": "elements not bit-equal to the golden rounded to the dtype",
+    "rel_err_ratio": "share of elements whose relative error is past rtol",
+    "small_value_err_ratio": "share of near-zero elements whose absolute error is past the small-value atol",
+    "max_ulp_err": "largest error in units of the last place of the dtype",
+    "mean_ulp_err": "mean error in units of the last place",
+    "ulp_over_ratio": "share of elements more than the ulp threshold off",
+    "thousandth_ratio": "share of elements within 0.1% of the golden",
+    "max_bound_ratio": "largest error over the element's error bound, what a fair kernel may err there",
+    "mean_bound_ratio": "mean error over the error bound",
+    "bound_bias": "mean signed error over the bound: an offset hidden under a loose bound",
+    "magnitude_bound_bias": "mean growth of |actual| over |golden|, over the bound: scaling or truncation",
+    "rmse_ratio": "RMSE of the device over that of the baseline",
+    "max_rel_err_ratio": "largest relative error of the device over the baseline's",
+    "mean_rel_err_ratio": "mean relative error of the device over the baseline's",
+    "small_value_err_ratio_ratio": "near-zero errors of the device over the baseline's",
+    "error_balance_ratio": "one-sidedness of the device's errors over the baseline's",
+}
+
+
+def meaning(metric: str) -> str:
+    """'max_bound_ratio' -> its one-line meaning; ratios against a baseline fall back to their base metric."""
+    if metric in METRIC_MEANINGS:
+        return METRIC_MEANINGS[metric]
+    base = metric.removesuffix("_ratio")
+    return f"{METRIC_MEANINGS[base]}, device over baseline" if base in METRIC_MEANINGS else ""
+
+
+def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
+    """(elements past the standard's per-element allowance, elements compared, what they are past)."""
+    m = verdict.metrics
+    own = verdict.standard.rpartition("+")[2]
+    if m.nonfinite_mismatch:
+        return m.nonfinite_mismatch, m.numel, "whose inf or nan disagrees with the golden"
+    if own == "binary":
+        return m.binary_mismatch, m.numel, "not bit-equal to the golden"
+    if not m.finite:
+        return None
+    if own == "absolute":
+        count = round(m.rel_err_ratio * m.normal_count) + round(m.small_value_err_ratio * m.small_count)
+        return count, m.finite, "past their relative (or near-zero absolute) tolerance"
+    if own == "ulp":
+        return round(m.ulp_over_ratio * m.finite), m.finite, "past the ulp threshold"
+    if own == "thousandth":
+        return m.finite - round(m.thousandth_ratio * m.finite), m.finite, "off by more than 0.1%"
+    return m.over_bound, m.finite, "past their error bound"
 
 
 def render_message(verdict: Verdict) -> str:
@@ -105,6 +165,12 @@ def render_message(verdict: Verdict) -> str:
         if check.status is not Status.PASS:
             text += f"  [{check.status.value}]"
         lines.append(text)
+        if meaning(check.metric):
+            lines.append(f"      = {meaning(check.metric)}")
+    count = mismatched(verdict) if verdict.failures else None
+    if count is not None:
+        bad, total, what = count
+        lines.append(f"  mismatched elements: {bad} / {total} ({_share(bad, total)}) {what}")
     if verdict.worst is not None:
         w = verdict.worst
         where = ", ".join(map(str, w.index)) or "scalar"
@@ -112,6 +178,12 @@ def render_message(verdict: Verdict) -> str:
         if w.baseline is not None:
             text += f", baseline {_value(w.baseline)}"
         lines.append(text)
+        error = abs(w.actual - w.golden)
+        if verdict.failures and error == error:  # not nan
+            text = f"    error there: {_number(error, 3)} absolute, {_relative(error, w.golden)} relative"
+            if w.allowed is not None:
+                text += f"; the standard allows {_number(w.allowed, 3)}"
+            lines.append(text)
     compared = "actual vs golden" + (" and baseline vs golden" if verdict.baseline_metrics else "")
     lines.append(f"  compared: {compared}")
     lines.extend(f"  note: {note}" for note in verdict.notes)

@@ -182,3 +182,25 @@ def test_the_page_opens_in_a_headless_browser_without_errors(pytester, tmp_path)
     chromium("--window-size=1280,2000", f"--screenshot={shot}", (pytester.path / "r" / "report.html").as_uri(),
              tmp_path=tmp_path)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_the_report_has_a_legend_of_the_metrics_it_shows():
+    from pytest_npuprecision.html_report import Gating, render
+    from pytest_npuprecision.report import new_record
+
+    record = new_record(kind="dump", case_id="step0/rank0::Functional.gelu.0.forward", key="Functional.gelu.0.forward",
+                        api="Functional.gelu.0", direction="forward", order=0, location="step0/rank0", source="",
+                        seed=1, device="cpu", golden="cpu float64", status="pass")
+    record |= {"case_id": "step0/rank0::Functional.gelu.0.forward", "location": "step0/rank0", "order": 0,
+              "status": "pass", "device": "cpu", "golden": "cpu float64", "baseline": "none", "direction": "forward",
+              "seed": 1, "message": "", "key": "Functional.gelu.0.forward", "reason": "",
+              "outputs": [{"name": "output.0", "status": "pass", "standard": "error_bound", "dtype": "float32",
+                           "shape": [2], "checks": [{"metric": "max_bound_ratio", "value": 1.0, "limit": 8.0,
+                                                     "status": "pass", "upper": True, "warning": None,
+                                                     "baseline": None}],
+                           "metrics": {}, "worst": None, "profile": None}]}
+    html = render([record], generated="now", gating=Gating())
+    assert '<section id="legend"><h2>Legend: what the metrics mean</h2>' in html
+    assert ('<tr id="metric-max_bound_ratio"><td><code>max_bound_ratio</code></td><td>largest error over the '
+            "element&#x27;s error bound, what a fair kernel may err there</td></tr>") in html
+    assert "metric-rmse_ratio" not in html  # only the metrics these records use

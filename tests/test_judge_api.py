@@ -18,9 +18,29 @@ def test_failure_message_format_is_stable():
     assert render_message(verdict) == (
         "Tensor.__mul__.0.forward [float16, 3]: error by the absolute standard\n"
         "  rel_err_ratio = 0.333333 > limit 0  [error]\n"
+        "      = share of elements whose relative error is past rtol\n"
+        "  mismatched elements: 1 / 3 (33.3%) past their relative (or near-zero absolute) tolerance\n"
         "  worst element [2]: actual 3, golden 3.01\n"
+        "    error there: 0.01 absolute, 0.00332 relative; the standard allows 0.00294\n"
         "  compared: actual vs golden"
     )
+
+
+def test_the_message_says_how_many_elements_fail_and_what_is_allowed_at_the_worst_in_the_tensors_units():
+    golden = torch.linspace(0.5, 2.0, 256, dtype=torch.float64)
+    actual = golden.float()
+    actual[7] *= 1.001  # one element wrong by 0.1%
+    text = render_message(judge(actual, golden, op="Functional.gelu"))
+    assert "  mismatched elements: 1 / 256 (0.39%) past their error bound" in text
+    worst = golden[7].item()
+    bound_line = next(line for line in text.splitlines() if line.startswith("    error there: "))
+    allowed = float(bound_line.rpartition("allows ")[2])
+    error = float(bound_line.split()[2])
+    assert error == pytest.approx(worst * 1e-3, rel=1e-2)
+    # 8x the element's error bound: a few dozen float32 ulps of the tensor's scale, far below the 0.1% it is off by.
+    rms = golden.square().mean().sqrt().item()
+    assert 8 * 2**-24 * worst <= allowed <= 64 * 2**-24 * rms < error
+    assert "      = largest error over the element's error bound, what a fair kernel may err there" in text
 
 
 def test_passing_message_lists_every_check_and_the_baseline():
