@@ -291,6 +291,9 @@ class DumpCaseItem(pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
+    if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, _CLEAN_FAILURES):
+        # A Python op case fails with the op case's message, as a YAML one does: no traceback, no --full-trace hint.
+        report.longrepr = str(call.excinfo.value)
     record = item.stash.get(RECORD, None) if call.when == "call" else None
     if record is not None:  # a dump case or an op case
         if call.excinfo is not None and not isinstance(call.excinfo.value, _CASE_OUTCOMES):
@@ -305,6 +308,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         item.user_properties.extend(junit_properties(record))
     return report
 
+
+# Failures whose message says everything: shown without a traceback.
+_CLEAN_FAILURES = (opcases.OpCaseFailure, opcases.OpCaseUsageError, KnownFailureRegression)
 
 # What a case may end with; anything else is a harness error.
 _CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, opcases.OpCaseFailure,

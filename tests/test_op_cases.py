@@ -163,7 +163,7 @@ def test_the_failure_message(tmp_path):
     message = render_outcome(outcome, settings(tmp_path), outcome.op_name, outcome.reference_label)
     name = outcome.regression.name
     assert message == textwrap.dedent(f"""\
-        Custom.plus_one [float32]: Hypothesis found a failing example in {outcome.examples} examples (profile ci), shrunk to:
+        Custom.plus_one [float32]: Hypothesis searched {outcome.searched} example (profile ci) to find a failing one, then shrank it in {outcome.examples - outcome.searched} more; worst margin seen 5.79e+06x the limit, this example 5.35e+06x:
           input 0: float32 tensor (2,) = [1.0, 2.0]
         output.0: Custom.plus_one [float32, 2]: error by the error_bound standard
           max_bound_ratio = 6.49993e+06 > limit 8  [error]
@@ -229,9 +229,10 @@ def test_python_cases_search_judge_and_keep_regressions(pytester, monkeypatch):
     monkeypatch.syspath_prepend(pytester.path)  # the regression names test_silu.sloppy_silu by import path
     result = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", "cpu", "-q")
     result.assert_outcomes(passed=2, failed=1)
+    assert "OpCaseFailure" not in result.stdout.str() and "--full-trace" not in result.stdout.str()
     result.stdout.fnmatch_lines([
-        "*OpCaseFailure: test_silu.sloppy_silu [[]float32[]]: Hypothesis found a failing example in * examples "
-        "(profile ci), shrunk to:",
+        "test_silu.sloppy_silu [[]float32[]]: Hypothesis searched * examples (profile ci) to find a failing one, then "
+        "shrank it in * more; worst margin seen *x the limit, this example *x:",
         "*  input 0: float32 tensor (1,) = [[]1.0[]]",
         "*  input 1: 2.0",
         "*output.0: test_silu.sloppy_silu [[]float32, 1[]]: error by the error_bound standard",
@@ -336,3 +337,32 @@ cases:
                                  "warnings fail this run: --npu-precision-strict-warnings"])
     [record] = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
     assert record["status"] == "warning" and "warnings fail this run" in record["message"]
+
+
+def test_a_failure_that_stays_near_its_limit_is_reported_unshrunk_with_its_margin(tmp_path, monkeypatch):
+    """Shrinking keeps only failures clear of their limit; one that never is gets reported as it was found."""
+    from pytest_npuprecision.opcases import search
+
+    monkeypatch.setattr(search, "CLEAR_MARGIN", 1e12)  # every failure of plus_one now counts as marginal
+    register_op("plus_one", plus_one, reference=identity)
+    case = OpCase("shifted", "plus_one", (torch.float32,), "cases.yaml",
+                  inputs=(TensorSpec(shape=(2,), range=(1, 4)),), max_examples=5)
+    outcome = check_case(case, torch.float32, settings(tmp_path))
+    assert not outcome.passed and outcome.searched == outcome.examples == 5
+    assert outcome.worst_seen == outcome.result.severity  # the worst example found is the one reported
+    message = render_outcome(outcome, settings(tmp_path), outcome.op_name, outcome.reference_label)
+    assert "Hypothesis searched 5 examples (profile ci) to find a failing one, not shrunk; worst margin seen " in message
+    assert "note: every failing example is within 1e+12x of its limit (the worst shown, at " in message
+    assert "): barely over, so it may be chance; it is not shrunk" in message
+
+
+def test_precision_case_takes_the_yaml_fields_roundings_included():
+    from pytest_npuprecision.opcases.plugin import precision_case
+
+    test = precision_case("Functional.gelu", dtypes=["float32"], roundings=2, reason="tanh form rounds twice")(
+        lambda draw, dtype: ())
+    assert callable(test)
+    with pytest.raises(ValueError, match=r"precision_case\('Functional.gelu'\): field reason: is missing"):
+        precision_case("Functional.gelu", roundings=2)
+    with pytest.raises(ValueError, match="field max_examples: 1000000 is more than the 10000"):
+        precision_case("Functional.gelu", max_examples=10**6)

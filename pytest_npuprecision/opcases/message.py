@@ -71,8 +71,13 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
         origin = f", found by {case.found_by}" if case.found_by else ""
         head = [f"{op_name} [{dtype}]: the fixed inputs of {case.source} fail{origin}:"]
     else:
-        head = [f"{op_name} [{dtype}]: Hypothesis found a failing example in {outcome.examples} examples "
-                f"(profile {settings.profile.name}), shrunk to:"]
+        shrunk = outcome.examples - outcome.searched
+        how = f"then shrank it in {shrunk} more" if shrunk else "not shrunk"
+        margin = "" if outcome.result is None else (
+            f"; worst margin seen {outcome.worst_seen:.3g}x the limit, this example {outcome.result.severity:.3g}x")
+        examples = f"{outcome.searched} example{'s' if outcome.searched != 1 else ''}"
+        head = [f"{op_name} [{dtype}]: Hypothesis searched {examples} (profile {settings.profile.name}) to find a "
+                f"failing one, {how}{margin}:"]
     lines = head + describe_call(outcome.call)
     result = outcome.result
     if result is not None and result.problem is not None:

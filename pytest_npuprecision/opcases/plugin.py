@@ -21,7 +21,7 @@ from ..report import RECORD, new_record, output_record
 from ..verdict import Status
 from .message import render_outcome
 from .regression import write_regression
-from .schema import CASE_DTYPES, SchemaError, parse_dtypes, parse_limits, parse_standard
+from .schema import CASE_DTYPES, MAX_EXAMPLES, SchemaError, count, parse_dtypes, parse_limits, parse_standard
 from .search import PROFILES, OpCaseSettings, Outcome, check_case
 from .run import ExampleResult, case_seed
 from .spec import BrokenCase, OpCase, dtype_name, op_label
@@ -125,7 +125,7 @@ def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> No
     status = "pass" if outcome.passed else "input-error" if outcome.problem is not None else _failed_status(result)
     record.update(status=status, api=outcome.op_name, seconds=outcome.seconds, examples=outcome.examples,
                   notes=list(outcome.notes),
-                  outputs=[output_record(o.name, o.verdict) for o in (result.outputs if result else ())])
+                  outputs=[output_record(o.name, o.verdict, o.profile) for o in (result.outputs if result else ())])
     item.user_properties.append(("npu_precision_examples", outcome.examples))
     if outcome.passed:
         return
@@ -216,7 +216,7 @@ class _Reporter:
 def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("float16", "bfloat16", "float32"),
                    reference: str | Callable[..., Any] | None = None, backward: bool = False,
                    standard: str | None = None, limits: Mapping[str, Mapping[str, Any]] | None = None,
-                   reason: str | None = None, max_examples: int | None = None,
+                   reason: str | None = None, max_examples: int | None = None, roundings: int | None = None,
                    id: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., None]]:
     """Turn a function that draws an op's arguments into a pytest test, one per dtype.
 
@@ -229,15 +229,18 @@ def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("fl
         parsed = parse_dtypes(list(dtypes))
         standard = parse_standard(standard)
         limits_, reason = parse_limits(dict(limits) if limits else None, reason)
+        max_examples = count(max_examples, "max_examples", minimum=1, maximum=MAX_EXAMPLES)
+        roundings = count(roundings, "roundings", minimum=0)
+        if roundings is not None and reason is None:
+            raise SchemaError("reason", "is missing: a case that sets roundings must say which intermediates its "
+                                        "kernel rounds, in reason=")
     except SchemaError as exc:
         raise ValueError(f"precision_case({op!r}): {exc}") from None
-    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
-        raise ValueError(f"precision_case({op!r}): max_examples={max_examples!r} is not a whole number >= 1: write one")
 
     def decorate(draw: Callable[..., Any]) -> Callable[..., None]:
         case = OpCase(id=id or draw.__name__, op=op, dtypes=parsed, source=draw.__module__, reference=reference,
                       standard=standard, limits=limits_, reason=reason, backward=backward,
-                      max_examples=max_examples, draw=draw)
+                      max_examples=max_examples, roundings=roundings, draw=draw)
 
         @pytest.mark.npu_op_case
         @pytest.mark.parametrize("dtype", parsed, ids=dtype_name)

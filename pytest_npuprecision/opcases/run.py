@@ -16,12 +16,13 @@ import torch
 
 from ..backends import Backend
 from ..cases import OutputVerdict
+from ..error_profile import error_profile
 from ..judge import judge
 from ..ops import ResolvedOp, resolve
 from ..rules import Rules
 from ..summary import excess, failing_outputs
 from ..runner import OpExecutionError, run_call
-from ..verdict import Check, Verdict
+from ..verdict import Check, Status, Verdict
 from .registry import CustomOp, entry_point_errors, registered_op
 from .schema import SchemaError
 from .spec import Call, OpCase, op_label
@@ -74,6 +75,14 @@ _CEILING = 1e9  # target() needs a finite number
 
 def check_severity(check: Check) -> float:
     return min(max(excess(check.value, check.limit, check.upper), 0.0), _CEILING)
+
+
+def _judged(out, op: str, target: Target, notes: tuple[str, ...]) -> OutputVerdict:
+    verdict = judge(out.actual, out.golden, baseline=out.baseline, op=op, accumulation=out.accumulation,
+                    rules=target.rules, notes=notes)
+    # The error profile draws the report's plots; only outputs that do not pass need one.
+    profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
+    return OutputVerdict(out.name, verdict, profile)
 
 
 def verdict_severity(verdict: Verdict) -> float:
@@ -191,15 +200,7 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
     if run.error:
         return ExampleResult(notes=run.notes, problem=run.error, seconds=time.perf_counter() - started)
     name = target.op.api_name
-    outputs = [
-        OutputVerdict(out.name, judge(out.actual, out.golden, baseline=out.baseline, op=name,
-                                      accumulation=out.accumulation, rules=target.rules, notes=run.notes))
-        for out in run.outputs
-    ]
-    outputs += [
-        OutputVerdict(out.name, judge(out.actual, out.golden, baseline=out.baseline, op=f"{name}.0.backward",
-                                      accumulation=out.accumulation, rules=target.rules, notes=run.notes))
-        for out in run.grads
-    ]
+    outputs = [_judged(out, name, target, run.notes) for out in run.outputs]
+    outputs += [_judged(out, f"{name}.0.backward", target, run.notes) for out in run.grads]
     return ExampleResult(tuple(outputs), run.notes, seconds=time.perf_counter() - started,
                          strict_warnings=strict_warnings)

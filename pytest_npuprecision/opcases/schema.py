@@ -126,7 +126,7 @@ def parse_case(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> OpCase
             raise SchemaError("kwargs", f"{name!r} is not a keyword name: use a Python identifier")
         kwargs[name] = _input(entry, f"kwargs.{name}", dims, inputs, base_dir)
     limits, reason = parse_limits(raw.get("limits"), raw.get("reason"))
-    roundings = _count(raw.get("roundings"), "roundings", minimum=0)
+    roundings = count(raw.get("roundings"), "roundings", minimum=0)
     if roundings is not None and reason is None:
         raise SchemaError("reason", "is missing: a case that sets roundings must say which intermediates its kernel "
                                     "rounds, in reason:")
@@ -135,8 +135,8 @@ def parse_case(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> OpCase
         dims=dims, reference=_optional_name(raw.get("reference"), "reference"),
         standard=parse_standard(raw.get("standard")), limits=limits, roundings=roundings, reason=reason,
         backward=_bool(raw.get("backward", False), "backward"),
-        max_examples=_count(raw.get("max_examples"), "max_examples", minimum=1, maximum=MAX_EXAMPLES),
-        seed=_count(raw.get("seed"), "seed", minimum=0),
+        max_examples=count(raw.get("max_examples"), "max_examples", minimum=1, maximum=MAX_EXAMPLES),
+        seed=count(raw.get("seed"), "seed", minimum=0),
         found_by=_optional_name(raw.get("found_by"), "found_by"),
     )
 
@@ -392,7 +392,7 @@ def _bool(raw: Any, field: str) -> bool:
     return raw
 
 
-def _count(raw: Any, field: str, *, minimum: int, maximum: int | None = None) -> int | None:
+def count(raw: Any, field: str, *, minimum: int, maximum: int | None = None) -> int | None:
     if raw is None:
         return None
     if not isinstance(raw, int) or isinstance(raw, bool) or raw < minimum:

@@ -85,6 +85,8 @@ class Outcome:
     problem: str | None = None  # the case cannot run as written: a usage error, not a precision failure
     notes: tuple[str, ...] = ()
     regression: Path | None = None  # the regression case written for the failing example
+    searched: int = 0  # examples run before the failing one was found; the rest shrank it
+    worst_seen: float = 0.0  # the largest metric-to-limit ratio of any failing example
 
     @property
     def passed(self) -> bool:
@@ -152,9 +154,17 @@ def op_label_of(case: OpCase) -> str:
     return op_label(case.op) or "?"
 
 
+# A failure shrinks only while it stays this far past its limit: shrinking a 3x failure down to a
+# 1.003x one would make a real bug read like chance. Failures closer to the limit are kept aside.
+CLEAR_MARGIN = 2.0
+
+
 def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseSettings, outcome) -> Outcome:
     last: list[tuple[Call, ExampleResult | None, str | None]] = []
     count = [0]
+    searched: list[int] = []
+    worst: list[float] = [0.0]
+    marginal: list[tuple[Call, ExampleResult]] = []
 
     def check(example: Call) -> None:
         count[0] += 1
@@ -166,6 +176,12 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
             raise
         target(result.severity, label="worst metric / limit")
         if result.failed:
+            worst[0] = max(worst[0], result.severity)
+            if 1.0 <= result.severity < CLEAR_MARGIN:
+                if not marginal or result.severity > marginal[0][1].severity:
+                    marginal[:] = [(example, result)]
+                return  # not a failure to shrink: the search goes on for a clear one
+            searched[:1] = searched[:1] or [count[0]]
             last.append((example, result, None))
             raise _ExampleFailed
 
@@ -190,12 +206,18 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
                                          f"{_first_line(exc)}): make its shapes smaller or its ranges wider")
     except HypothesisException as exc:
         return outcome(count[0], problem=f"{type(exc).__name__}: {_first_line(exc)}")
+    if not last and marginal:
+        call, result = marginal[0]
+        notes += (f"every failing example is within {CLEAR_MARGIN:g}x of its limit (the worst shown, at "
+                  f"{result.severity:.3g}x): barely over, so it may be chance; it is not shrunk",)
+        return outcome(count[0], call=call, result=result, notes=notes, searched=count[0], worst_seen=worst[0])
     if not last:
         return outcome(count[0])
     call, result, spec_problem = last[-1]
     if spec_problem is not None:
         return outcome(count[0], call=call, problem=spec_problem)
-    return outcome(count[0], call=call, result=result, notes=notes)
+    return outcome(count[0], call=call, result=result, notes=notes, searched=searched[0] if searched else count[0],
+                   worst_seen=worst[0])
 
 
 def _first_line(exc: BaseException) -> str:
