@@ -158,13 +158,17 @@ def aten_operator(name: str) -> tuple[Any | None, str | None]:
     return overload, None
 
 
+# torch_npu operators msprobe hooks whose names lack the npu_ prefix.
+_NPU_OPS_WITHOUT_PREFIX = frozenset({"fast_gelu", "one_"})
+
+
 def npu_operator(torch_npu: ModuleType, name: str) -> tuple[Any | None, str | None]:
     """torch_npu's ``npu_*`` operators, top level or in a ``torch.ops`` namespace (``atb.npu_mla_preprocess``)."""
     parts = name.split(".")
     if len(parts) > 2 or not all(_NAME.fullmatch(p) and not p.startswith("__") for p in parts):
         return None, f"{name!r} is not an NPU operator name"
     op = parts[-1]
-    if not op.lstrip("_").startswith("npu_") and op not in {"fast_gelu", "one_", "npu"}:
+    if not op.lstrip("_").startswith("npu_") and op not in _NPU_OPS_WITHOUT_PREFIX:
         return None, f"{name!r} is not one of torch_npu's npu_* operators"
     why = denied(op)
     if why is not None:

@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     dumps = config.getoption("npu_precision")
     if not dumps:
         return
+    dumps = list(dict.fromkeys(dumps))  # a path given twice is run once
     config.stash[_DUMPS] = _found_dumps(dumps)
     _refuse_dump_configuration(config, dumps)
     settings_for(config)

@@ -198,8 +198,8 @@ class Collector:
     def _lost_case(self, nodeid: str, why: str) -> dict | None:
         """A harness-error record for a dump case whose process died: every report still lists it."""
         root, _, case_id = nodeid.partition("::")
-        if root not in self.config.getoption("npu_precision") or "::" not in case_id:
-            return None
+        if root not in {Path(d).as_posix() for d in self.config.getoption("npu_precision")} or "::" not in case_id:
+            return None  # not a dump case (DumpRoot's node id is the path as given, in posix form)
         location, _, key = case_id.rpartition("::")
         api, _, direction = key.rpartition(".")
         settings = self._settings()
