@@ -44,9 +44,20 @@ class DescriptorError(ValueError):
     """A value descriptor that cannot become an argument; ``where`` locates it in the entry."""
 
     def __init__(self, where: str, problem: str):
+        problem = shortened(problem)
         super().__init__(f"{where} {problem}")
         self.where = where
         self.problem = problem
+
+
+MAX_MESSAGE = 2000  # characters of a dump's own text that a message repeats
+
+
+def shortened(text: str) -> str:
+    """A message that quotes the dump keeps its length bounded: a 50 MB value is cut, and says so."""
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return f"{text[:MAX_MESSAGE // 2]}… ({len(text) - MAX_MESSAGE} characters cut) …{text[-MAX_MESSAGE // 2:]}"
 
 
 class MalformedDescriptor(DescriptorError):

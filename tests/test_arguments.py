@@ -412,3 +412,12 @@ def test_arguments_nested_past_any_call_are_malformed_not_a_recursion_error():
         decode_value(deep, "input_kwargs['x']")
     shallow = [[[1]]]
     assert decode_value([[[{"type": "int", "value": 1}]]], "x") == [[[1]]] and shallow
+
+
+def test_a_message_quoting_a_huge_value_from_the_dump_stays_short():
+    from pytest_npuprecision.arguments import MAX_MESSAGE, UnsupportedDescriptor, decode_value
+
+    with pytest.raises(UnsupportedDescriptor) as refused:
+        decode_value({"type": "torch.Tensor", "dtype": "x" * 50_000_000, "shape": [1]}, "input_args[0]")
+    text = str(refused.value)
+    assert len(text) < MAX_MESSAGE + 200 and "characters cut" in text and text.startswith("input_args[0] has dtype 'xxx")
