@@ -24,14 +24,9 @@ from pytest_npuprecision.arguments import (
 )
 from pytest_npuprecision.dump import SkipReason, load_dump
 
-from fixtures import FIXTURES
-TENSOR_DUMPS = sorted(
-    p for name in ("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
-    for p in (FIXTURES / name).glob("step*/*/dump.json")
-)
-STATISTICS_DUMPS = sorted(
-    p for name in ("mlp_statistics", "transformer_mix_statistics") for p in (FIXTURES / name).glob("step*/*/dump.json")
-)
+from fixtures import dump_params, fixture_dump
+TENSOR_DUMPS = dump_params("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
+STATISTICS_DUMPS = dump_params("mlp_statistics", "transformer_mix_statistics")
 
 
 def case_of(dump, key):
@@ -131,7 +126,7 @@ def test_decode_call_rejects_a_bad_entry_structure(entry, message):
 
 
 def test_masked_fill_fill_value_decodes_to_minus_inf():
-    dump = load_dump(FIXTURES / "transformer_tensor/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("transformer_tensor/step0/rank0/dump.json"))
     call = decode_call(case_of(dump, "Tensor.masked_fill.0.forward").forward)
     assert call.args[2] == float("-inf")
     assert (call.args[1].dtype, call.args[1].max, call.args[1].min) == (torch.bool, True, False)
@@ -140,7 +135,7 @@ def test_masked_fill_fill_value_decodes_to_minus_inf():
 
 
 def test_decode_grads_of_a_tuple_output():
-    dump = load_dump(FIXTURES / "transformer_tensor/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("transformer_tensor/step0/rank0/dump.json"))
     grads = decode_grads(case_of(dump, "Tensor.split.0.backward").backward)
     assert [g.where for g in grads] == ["backward input[0]", "backward input[1]", "backward input[2]"]
 
@@ -148,7 +143,7 @@ def test_decode_grads_of_a_tuple_output():
 # ---------------------------------------------------------------- tensor mode
 
 
-@pytest.mark.parametrize("path", TENSOR_DUMPS, ids=lambda p: str(p.relative_to(FIXTURES)))
+@pytest.mark.parametrize("path", TENSOR_DUMPS)
 def test_every_tensor_mode_case_materializes_with_the_dumped_shapes_and_dtypes(path):
     dump = load_dump(path)
     runnable = [c for c in dump.cases if c.skip is None]
@@ -178,7 +173,7 @@ def iter_specs_like(value, decoded):
 
 
 def test_loaded_tensors_are_the_files_and_carry_requires_grad():
-    dump = load_dump(FIXTURES / "mlp_tensor/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("mlp_tensor/step0/rank0/dump.json"))
     inputs = materialize(case_of(dump, "Functional.linear.0.forward"), dump.data_dir)
     expected = torch.load(dump.data_dir / "Functional.linear.0.forward.input.1.pt", weights_only=True)
     assert torch.equal(inputs.args[1].detach(), expected)
@@ -188,7 +183,7 @@ def test_loaded_tensors_are_the_files_and_carry_requires_grad():
 
 
 def test_backward_case_gets_the_dumped_output_gradients():
-    dump = load_dump(FIXTURES / "mlp_tensor/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("mlp_tensor/step0/rank0/dump.json"))
     inputs = materialize(case_of(dump, "Functional.linear.0.backward"), dump.data_dir)
     expected = torch.load(dump.data_dir / "Functional.linear.0.backward.input.0.pt", weights_only=True)
     assert len(inputs.grad_outputs) == 1 and torch.equal(inputs.grad_outputs[0], expected)
@@ -203,7 +198,7 @@ def test_with_device_replaces_the_dumped_device():
 # ---------------------------------------------------------------- statistics mode
 
 
-@pytest.mark.parametrize("path", STATISTICS_DUMPS, ids=lambda p: str(p.relative_to(FIXTURES)))
+@pytest.mark.parametrize("path", STATISTICS_DUMPS)
 def test_every_statistics_case_synthesizes_within_its_extremes(path):
     dump = load_dump(path)
     for case in (c for c in dump.cases if c.skip is None):
@@ -216,7 +211,7 @@ def test_every_statistics_case_synthesizes_within_its_extremes(path):
 
 
 def test_backward_case_rebuilds_exactly_the_forward_inputs():
-    dump = load_dump(FIXTURES / "mlp_statistics/step0/proc11235/dump.json")
+    dump = load_dump(fixture_dump("mlp_statistics/step0/proc11235/dump.json"))
     forward = materialize(case_of(dump, "Functional.linear.0.forward"), dump.data_dir)
     backward = materialize(case_of(dump, "Functional.linear.0.backward"), dump.data_dir)
     assert all(torch.equal(a, b) for a, b in zip(forward.args, backward.args))
@@ -224,7 +219,7 @@ def test_backward_case_rebuilds_exactly_the_forward_inputs():
 
 
 def test_synthesized_inputs_are_reproducible_and_distinct():
-    path = FIXTURES / "mlp_statistics/step0/proc11235/dump.json"
+    path = fixture_dump("mlp_statistics/step0/proc11235/dump.json")
     first = materialize(case_of(load_dump(path), "Functional.linear.1.forward"), path.parent)
     again = materialize(case_of(load_dump(path), "Functional.linear.1.forward"), path.parent)
     salted = materialize(case_of(load_dump(path), "Functional.linear.1.forward"), path.parent, seed=1)
@@ -252,7 +247,7 @@ GELU_FILE = "Functional.gelu.0.forward.input.0.pt"
 
 def copy_dump(tmp_path, relative):
     target = tmp_path / relative
-    shutil.copytree(FIXTURES / relative, target)
+    shutil.copytree(fixture_dump(relative), target)
     return target
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import pytest_npuprecision
-from fixtures import FIXTURES
+from fixtures import FIXTURES, fixture_dump
 from pytest_npuprecision.backends import Backend, BackendError, BackendInfo, load_backend
 from pytest_npuprecision.backends.base import _cpu_name
 from pytest_npuprecision.ops import resolve
@@ -205,14 +205,14 @@ def test_an_unknown_name_lists_the_installed_backends(installed):
      "named 'no_such_backend_module'): give module:object with the module importable from here"),
 ])
 def test_a_bad_device_golden_or_baseline_is_a_usage_error(pytester, option, value, message):
-    result = pytester.runpytest("--npu-precision", str(SMALL_DUMP), "--npu-precision-device", "cpu", option, value,
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "cpu", option, value,
                                 "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.lines[0] == f"ERROR: {message}"
 
 
 def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
-    result = pytester.runpytest("--npu-precision", str(SMALL_DUMP), "--npu-precision-device", "cpu",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "cpu",
                                 "--npu-precision-baseline", "cpu", "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
     assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), golden cpu float64, "
@@ -220,7 +220,7 @@ def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
 
 
 def test_every_report_records_device_golden_baseline_and_seed(pytester, user_module):
-    result = pytester.runpytest("--npu-precision", str(SMALL_DUMP), "--npu-precision-device", "user_backends:make",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "user_backends:make",
                                 "--npu-precision-baseline", "cpu", "-k", "linear.0", "--npu-precision-report", "r",
                                 "--junitxml", "r/junit.xml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
@@ -248,7 +248,7 @@ def test_every_report_records_device_golden_baseline_and_seed(pytester, user_mod
 def test_a_custom_backend_runs_a_real_dump_forward_and_backward(pytester, user_module):
     """Every case goes through the backend: one ``call`` per case, one ``gradients`` per backward case."""
     backend = user_module.instance
-    dump = FIXTURES / "mlp_tensor"
+    dump = fixture_dump("mlp_tensor")
     result = pytester.runpytest("--npu-precision", str(dump), "--npu-precision-device", "user_backends:instance",
                                 "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()

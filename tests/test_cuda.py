@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, fixture_dump
 from pytest_npuprecision import judge
 from pytest_npuprecision.backends import Backend, BackendError, CudaBackend, load_backend
 from pytest_npuprecision.ops import resolve
@@ -45,7 +45,7 @@ def test_cuda_without_a_gpu_raises_a_backend_error_that_says_why(device):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")
 @pytest.mark.parametrize("option", ["--npu-precision-device", "--npu-precision-golden", "--npu-precision-baseline"])
 def test_asking_for_cuda_without_a_gpu_is_a_usage_error(pytester, option):
-    args = ["--npu-precision", str(SMALL_DUMP), "--npu-precision-device", "cpu", option, "cuda"]
+    args = ["--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "cpu", option, "cuda"]
     result = pytester.runpytest(*args, "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.lines[0] == f"ERROR: {option}: {_unavailable('cuda')}"
@@ -275,7 +275,7 @@ DUMPS = ["mlp_tensor", "mlp_fp16_tensor", "mlp_statistics", "transformer_tensor"
 def _run_dump(pytester, dump: str, *options: str) -> tuple[dict[str, int], dict[str, dict], list[str]]:
     """Outcomes, the cases.jsonl records by case id, and the output lines of one run."""
     report = pytester.path / f"report{len(list(pytester.path.glob('report*')))}"
-    result = pytester.runpytest("--npu-precision", str(FIXTURES / dump), "--npu-precision-report", str(report),
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(dump)), "--npu-precision-report", str(report),
                                 "-p", "no:cacheprovider", "-rfEs", *options)
     lines = result.stdout.lines
     assert (report / "cases.jsonl").is_file(), "\n".join(lines[-40:] + result.stderr.lines[-20:])

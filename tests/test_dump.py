@@ -8,21 +8,22 @@ import pytest
 
 from pytest_npuprecision.dump import SkipReason, find_dump_files, load_dump
 
-from fixtures import FIXTURES
+from fixtures import DUMP_FOLDERS, FIXTURES, fixture_dump, needs_dumps
 
 
 # ---------------------------------------------------------------- finding
 
 
+@needs_dumps(*DUMP_FOLDERS)
 def test_find_accepts_a_file_a_rank_folder_a_step_folder_and_a_root():
-    dump = FIXTURES / "mlp_statistics/step1/proc11235/dump.json"
+    dump = fixture_dump("mlp_statistics/step1/proc11235/dump.json")
     assert find_dump_files(dump) == [dump]
     assert find_dump_files(dump.parent) == [dump]
     assert find_dump_files(dump.parent.parent) == [dump]
-    assert find_dump_files(FIXTURES / "mlp_statistics") == [
+    assert find_dump_files(fixture_dump("mlp_statistics")) == [
         FIXTURES / f"mlp_statistics/step{n}/proc11235/dump.json" for n in range(3)
     ]
-    assert len(find_dump_files(FIXTURES)) == 15
+    assert len(find_dump_files(FIXTURES)) == 13  # the steps of the seven dumps in FIXTURE_TABLE
 
 
 def test_find_sorts_naturally_and_skips_tensor_folders(tmp_path):
@@ -48,8 +49,8 @@ FIXTURE_TABLE = [
     ("mlp_statistics", 3, 23, 16, 7, 0, 0),
     ("mlp_tensor", 2, 23, 16, 7, 0, 0),
     ("mlp_fp16_tensor", 2, 23, 16, 7, 0, 0),
-    ("transformer_tensor", 2, 125, 79, 46, 0, 0),
-    ("transformer_bf16_tensor", 2, 125, 79, 46, 0, 0),
+    ("transformer_tensor", 1, 125, 79, 46, 0, 0),  # msprobe wrote 2 steps; the repository keeps step0
+    ("transformer_bf16_tensor", 1, 125, 79, 46, 0, 0),  # the same
     ("transformer_mix_statistics", 2, 146, 80, 50, 16, 56),
     ("mlp_L0_tensor", 2, 14, 5, 5, 4, 14),
 ]
@@ -58,7 +59,7 @@ FIXTURE_TABLE = [
 @pytest.mark.parametrize("folder, steps, entries, forward, backward, param_grad, modules", FIXTURE_TABLE,
                          ids=[row[0] for row in FIXTURE_TABLE])
 def test_fixture_case_counts(folder, steps, entries, forward, backward, param_grad, modules):
-    files = find_dump_files(FIXTURES / folder)
+    files = find_dump_files(fixture_dump(folder))
     assert len(files) == steps
     for step, path in enumerate(files):
         dump = load_dump(path)
@@ -73,19 +74,20 @@ def test_fixture_case_counts(folder, steps, entries, forward, backward, param_gr
 
 
 def test_dump_file_metadata_comes_from_the_folders_not_the_recorded_paths():
-    dump = load_dump(FIXTURES / "mlp_statistics/step2/proc11235/dump.json")
+    dump = load_dump(fixture_dump("mlp_statistics/step2/proc11235/dump.json"))
     assert (dump.task, dump.level, dump.step, dump.rank, dump.pid, dump.location) == (
         "statistics", "L1", 2, None, 11235, "step2/proc11235")
-    dump = load_dump(FIXTURES / "transformer_tensor/step1/rank0/dump.json")
+    dump = load_dump(fixture_dump("mlp_tensor/step1/rank0/dump.json"))
     assert (dump.task, dump.step, dump.rank, dump.pid) == ("tensor", 1, 0, None)
-    assert dump.data_dir == FIXTURES / "transformer_tensor/step1/rank0/dump_tensor_data"
+    assert dump.data_dir == FIXTURES / "mlp_tensor/step1/rank0/dump_tensor_data"
     case = dump.cases[0]
-    assert (case.case_id, case.key, case.order) == ("step1/rank0::Torch.arange.0.forward", "Torch.arange.0.forward", 0)
+    assert (case.case_id, case.key, case.order) == (
+        "step1/rank0::Functional.linear.0.forward", "Functional.linear.0.forward", 0)
 
 
 def test_cases_keep_dump_order_and_link_forward_and_backward():
-    dump = load_dump(FIXTURES / "mlp_tensor/step0/rank0/dump.json")
-    raw = json.loads((FIXTURES / "mlp_tensor/step0/rank0/dump.json").read_text())["data"]
+    dump = load_dump(fixture_dump("mlp_tensor/step0/rank0/dump.json"))
+    raw = json.loads(fixture_dump("mlp_tensor/step0/rank0/dump.json").read_text())["data"]
     assert [c.key for c in dump.cases] == list(raw)
     assert [c.order for c in dump.cases] == list(range(len(raw)))
     by_key = {c.key: c for c in dump.cases}
@@ -97,12 +99,12 @@ def test_cases_keep_dump_order_and_link_forward_and_backward():
 
 
 def test_seeds_come_only_from_case_ids(tmp_path):
-    dump = load_dump(FIXTURES / "mlp_tensor/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("mlp_tensor/step0/rank0/dump.json"))
     assert all(c.seed == zlib.crc32(c.case_id.encode()) for c in dump.cases)
     by_key = {c.key: c for c in dump.cases}
     assert by_key["Functional.gelu.0.backward"].forward_seed == by_key["Functional.gelu.0.forward"].seed
     # Reversing the file changes every order but no seed.
-    document = json.loads((FIXTURES / "mlp_tensor/step0/rank0/dump.json").read_text())
+    document = json.loads(fixture_dump("mlp_tensor/step0/rank0/dump.json").read_text())
     document["data"] = dict(reversed(list(document["data"].items())))
     (tmp_path / "step0/rank0").mkdir(parents=True)
     (tmp_path / "step0/rank0/dump.json").write_text(json.dumps(document))
@@ -234,7 +236,7 @@ def test_backward_entry_problems_mark_only_the_backward_case(tmp_path, backward,
 
 
 def test_one_malformed_entry_in_a_real_dump_marks_only_its_api(tmp_path):
-    document = json.loads((FIXTURES / "mlp_tensor/step0/rank0/dump.json").read_text())
+    document = json.loads(fixture_dump("mlp_tensor/step0/rank0/dump.json").read_text())
     document["data"]["Functional.gelu.0.forward"]["input_args"] = "not a list"
     (tmp_path / "step0/rank0").mkdir(parents=True)
     (tmp_path / "step0/rank0/dump.json").write_text(json.dumps(document))
@@ -280,7 +282,7 @@ def test_unusable_file_gives_an_error_not_an_exception(tmp_path, content, proble
 
 
 def test_bare_infinity_tokens_are_accepted():
-    dump = load_dump(FIXTURES / "transformer_mix_statistics/step0/rank0/dump.json")
+    dump = load_dump(fixture_dump("transformer_mix_statistics/step0/rank0/dump.json"))
     assert dump.error is None
     softmax = next(c for c in dump.cases if c.key == "Torch.softmax.0.forward")
     assert softmax.forward["input_args"][0]["Min"] == float("-inf") and softmax.skip is None

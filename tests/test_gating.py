@@ -13,9 +13,10 @@ import shutil
 
 import pytest
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, needs_dumps
 
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
+pytestmark = needs_dumps(DUMP)
 LINEAR = [f"step0/rank0::Functional.linear.{i}.{d}" for i in range(3) for d in ("backward", "forward")]
 
 

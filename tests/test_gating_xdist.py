@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, needs_dumps
 
 DUMP = FIXTURES / "mlp_tensor"  # two steps, 46 cases
+pytestmark = needs_dumps(DUMP)
 RULES = "ops:\n  linear: {limits: {error_bound: {max_bound_ratio: 0.05}}}\n"  # the 12 linear cases fail
 STALE = "step9/rank0::Functional.gone.0.forward"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, fixture_dump
 from pytest_npuprecision import svg_plots
 from pytest_npuprecision.error_profile import FIRST_EXPONENT, error_profile
 
@@ -102,7 +102,7 @@ class Page(HTMLParser):
 
 def make_report(pytester) -> tuple[str, dict[str, dict]]:
     pytester.makefile(".yaml", rules=RULES)
-    result = pytester.runpytest("--npu-precision", str(DUMP), "--npu-precision-device", "cpu",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(DUMP)), "--npu-precision-device", "cpu",
                                 "--npu-precision-rules", "rules.yaml", "--npu-precision-report", "r",
                                 "--npu-precision-html", "r/report.html", "-p", "no:cacheprovider")
     assert result.ret == 1

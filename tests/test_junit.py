@@ -6,9 +6,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, needs_dumps
 
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
+pytestmark = needs_dumps(DUMP)
 RULES = "ops:\n  linear: {limits: {error_bound: {max_bound_ratio: 0.05}}}\n"
 
 

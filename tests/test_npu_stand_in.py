@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, fixture_dump
 from pytest_npuprecision.backends import Backend, auto_backend
 
 STAND_IN = Path(__file__).parent / "stand_in_torch_npu"
@@ -55,7 +55,7 @@ def test_a_torch_npu_that_fails_to_import_is_a_usage_error_naming_it_and_the_fix
     # In process: the stand-in raises before it touches torch, so nothing is renamed here.
     monkeypatch.setenv("STAND_IN_NPU_IMPORT_ERROR", "1")
     monkeypatch.syspath_prepend(STAND_IN)
-    result = pytester.runpytest("--npu-precision", str(DUMP), "--npu-precision-device", "npu", "--collect-only",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(DUMP)), "--npu-precision-device", "npu", "--collect-only",
                                 "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.lines[0] == (
@@ -178,7 +178,7 @@ def test_inf_nan_mode_comes_from_torch_npu_else_the_environment(adapter, asked, 
 ], ids=["inf-nan", "saturation-auto", "unknown"])
 def test_the_header_line_shows_the_npu_and_its_inf_nan_mode(pytester, stand_in, device, controls, shown):
     stand_in(STAND_IN_NPU_COUNT="2", **controls)
-    result = pytester.runpytest_subprocess("--npu-precision", str(DUMP), "--npu-precision-device", device,
+    result = pytester.runpytest_subprocess("--npu-precision", str(fixture_dump(DUMP)), "--npu-precision-device", device,
                                            "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     name, mode = shown

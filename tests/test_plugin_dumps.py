@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import FIXTURES
+from fixtures import fixture_dump
 DUMPS = ["mlp_L0_tensor", "mlp_fp16_tensor", "mlp_statistics", "mlp_tensor", "transformer_bf16_tensor",
          "transformer_mix_statistics", "transformer_tensor"]
 
@@ -23,7 +23,7 @@ def records(folder: Path) -> dict[str, dict]:
 
 @pytest.mark.parametrize("dump", DUMPS)
 def test_every_fixture_dump_runs_on_cpu_without_harness_errors(pytester, dump):
-    result = pytester.runpytest("--npu-precision", str(FIXTURES / dump), "--npu-precision-device", "cpu",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump(dump)), "--npu-precision-device", "cpu",
                                 "--npu-precision-report", "report", "-rs", "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes.get("errors", 0) == 0, result.stdout.str()[-3000:]
@@ -38,7 +38,7 @@ def test_every_fixture_dump_runs_on_cpu_without_harness_errors(pytester, dump):
 
 def test_masked_fill_with_minus_inf_passes_where_msprobe_errs(pytester):
     """msprobe's acc_check marks this fp32 masked_fill an error; the output is bit-exact."""
-    dump = FIXTURES / "transformer_tensor" / "step0" / "rank0" / "dump.json"
+    dump = fixture_dump("transformer_tensor/step0/rank0/dump.json")
     result = pytester.runpytest("--npu-precision", str(dump), "-k", "masked_fill", "--npu-precision-report", "r",
                                 "--npu-precision-device", "cpu", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
@@ -48,7 +48,7 @@ def test_masked_fill_with_minus_inf_passes_where_msprobe_errs(pytester):
 
 
 def test_node_ids_keep_step_rank_and_api_name(pytester):
-    result = pytester.runpytest("--npu-precision", str(FIXTURES / "mlp_tensor"), "--collect-only", "-q",
+    result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_tensor")), "--collect-only", "-q",
                                 "-p", "no:cacheprovider")
     ids = [line for line in result.stdout.lines if "::" in line]
     assert any(i.endswith("mlp_tensor::step0/rank0::Functional.gelu.0.forward") for i in ids)
@@ -57,7 +57,7 @@ def test_node_ids_keep_step_rank_and_api_name(pytester):
 
 def _ids_and_metrics(pytester, *extra) -> dict[str, float]:
     folder = f"report{len(list(pytester.path.glob('report*')))}"
-    pytester.runpytest("--npu-precision", str(FIXTURES / "mlp_statistics"), "--npu-precision-device", "cpu",
+    pytester.runpytest("--npu-precision", str(fixture_dump("mlp_statistics")), "--npu-precision-device", "cpu",
                        "--npu-precision-report", folder, "-p", "no:cacheprovider", *extra)
     return {cid: r["outputs"][0]["metrics"]["golden_rms"]
             for cid, r in records(pytester.path / folder).items() if r["outputs"]}
@@ -73,7 +73,7 @@ def test_statistics_inputs_are_identical_in_full_filtered_and_parallel_runs(pyte
 
 def _copy_mlp(pytester) -> Path:
     target = pytester.path / "dump" / "step0" / "rank0"
-    shutil.copytree(FIXTURES / "mlp_tensor" / "step0" / "rank0", target)
+    shutil.copytree(fixture_dump("mlp_tensor/step0/rank0"), target)
     for path in target.rglob("*"):
         path.chmod(0o644 if path.is_file() else 0o755)
     return target
@@ -151,7 +151,7 @@ def test_malformed_dump_json_is_one_failing_item_and_other_dumps_run(pytester):
 def test_a_failing_case_says_by_how_much_and_how_to_rerun_it(pytester):
     """Limits nobody can meet make every float case fail: the message and summary are what users see."""
     pytester.makefile(".yaml", strict="standards:\n  error_bound: {max_bound_ratio: 1.0e-9}\n")
-    dump = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
+    dump = fixture_dump("mlp_tensor/step0/rank0/dump.json")
     result = pytester.runpytest("--npu-precision", str(dump), "--npu-precision-rules", "strict.yaml",
                                 "-k", "linear.0.forward", "--npu-precision-device", "cpu", "-p", "no:cacheprovider")
     assert result.ret == 1
@@ -172,6 +172,6 @@ def test_a_failing_case_says_by_how_much_and_how_to_rerun_it(pytester):
 def test_bad_options_are_usage_errors(pytester):
     result = pytester.runpytest("--npu-precision", "no/such/dump")
     result.stderr.fnmatch_lines(["*--npu-precision 'no/such/dump' does not exist: give a dump.json or a dump folder*"])
-    result = pytester.runpytest("--npu-precision", str(FIXTURES / "mlp_tensor"), "--npu-precision-device", "gpu0")
+    result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_tensor")), "--npu-precision-device", "gpu0")
     result.stderr.fnmatch_lines(["*--npu-precision-device: 'gpu0' is not a device or backend: use auto, cpu, "
                                  "cuda[[]:N], npu[[]:N], module:object, or an installed backend*"])

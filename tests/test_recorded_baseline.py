@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, fixture_dump, needs_dumps
 from pytest_npuprecision.backends import Backend
 from pytest_npuprecision.fingerprint import fingerprint
 from pytest_npuprecision.arguments import CallInputs
 
 DUMP = FIXTURES / "mlp_tensor"  # two steps, 46 cases, every one judged
+pytestmark = needs_dumps(DUMP)
 CPU = Backend("cpu").info().device_name
 BENCHMARK_RATIOS = ("small_value_err_ratio", "rmse_ratio", "max_rel_err_ratio", "mean_rel_err_ratio",
                     "error_balance_ratio")
@@ -125,9 +126,9 @@ def test_the_record_holds_every_judged_case_sorted_one_a_line(pytester):
 @pytest.mark.parametrize("dump", ["mlp_tensor", "mlp_statistics"])
 def test_a_run_compared_with_its_own_recording_passes_by_the_benchmark_standard(pytester, dump):
     """mlp_statistics has no tensor files: its synthetic inputs must fingerprint the same in both runs."""
-    first = record(pytester, "base.json", "--npu-precision-report", "rec", dump=FIXTURES / dump)
+    first = record(pytester, "base.json", "--npu-precision-report", "rec", dump=fixture_dump(dump))
     result = run(pytester, "--npu-precision-baseline", "base.json", "--npu-precision-report", "cmp",
-                 dump=FIXTURES / dump)
+                 dump=fixture_dump(dump))
     cases = records(pytester.path / "cmp")
     result.assert_outcomes(passed=len(first["cases"]))
     label = f"base.json (recorded on cpu, {CPU}, {len(first['cases'])} cases)"
@@ -155,7 +156,7 @@ def test_a_run_compared_with_its_own_recording_passes_by_the_benchmark_standard(
 
 def test_a_parallel_run_compares_with_and_records_the_file_a_serial_one_does(pytester):
     """Each worker reads the baseline; the controller writes the record, byte for byte the serial one."""
-    dump = FIXTURES / "mlp_statistics"
+    dump = fixture_dump("mlp_statistics")
     record(pytester, "serial.json", dump=dump)
     result = run(pytester, "--npu-precision-baseline", "serial.json", "--npu-precision-record", "parallel.json",
                  "-n", "2", dump=dump)
