@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-MAX_BYTES = 64 * 2**20  # far above any real rules, cases or baseline file
+MAX_BYTES = 64 * 2**20  # far above any real known-failures or baseline file
+MAX_YAML_BYTES = 2**20  # far above any real rules or op case file; PyYAML reads about 1 MiB in several seconds
 MAX_DEPTH = 64  # nesting of mappings and lists
 MAX_NODES = 1_000_000  # YAML nodes after aliases are expanded: a billion-laughs file is far past it
 
@@ -26,25 +27,36 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used; the message names the file, the key and the fix."""
 
 
-def read_text(path: Path | str, what: str) -> str:
-    """The file's text; ConfigError when it is missing, not a regular file, too large or not UTF-8."""
+def read_text(path: Path | str, what: str, limit: int = MAX_BYTES) -> str:
+    """The file's text; ConfigError when it is missing, not a regular file, over ``limit`` bytes or not UTF-8.
+
+    The kind is checked before the file is opened (opening a FIFO blocks until a writer comes), and
+    again on the open file, non-blocking, in case it was swapped in between.
+    """
     path = Path(path)
     try:
-        info = os.stat(path)
+        _check_kind(os.stat(path), path, what, limit)
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(descriptor, "rb") as handle:
+            _check_kind(os.fstat(handle.fileno()), path, what, limit)
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: the {what} cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{path}: the {what} is not a regular file (a folder, a FIFO or a device): give a file")
-    if info.st_size > MAX_BYTES:
-        raise ConfigError(f"{path}: the {what} is {info.st_size} bytes, more than the {MAX_BYTES >> 20} MiB this harness "
-                          f"reads: give the right file")
+    if len(data) > limit:  # it grew after the check
+        raise ConfigError(f"{path}: the {what} is more than the {limit >> 20} MiB this harness reads: give the "
+                          f"right file")
     try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_BYTES + 1).decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: the {what} cannot be read ({exc.strerror})") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
+
+
+def _check_kind(info: os.stat_result, path: Path, what: str, limit: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path}: the {what} is not a regular file (a folder, a FIFO or a device): give a file")
+    if info.st_size > limit:
+        raise ConfigError(f"{path}: the {what} is {info.st_size} bytes, more than the {limit >> 20} MiB this "
+                          f"harness reads: give the right file")
 
 
 def load_json(path: Path | str, what: str) -> Any:
@@ -106,7 +118,7 @@ _TAGS = frozenset(tag for tag in yaml.SafeLoader.yaml_constructors if tag) | {"t
 def load_yaml(path: Path | str, what: str) -> Any:
     """A YAML file as plain data. Nesting past MAX_DEPTH, aliases that expand past MAX_NODES, tags other
     than plain data's and a key given twice in one mapping are refused before the data is built."""
-    text = read_text(path, what)
+    text = read_text(path, what, MAX_YAML_BYTES)
     loader = _Loader(text, path, what)
     try:
         node = loader.get_single_node()

@@ -21,6 +21,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Tag
 from pydantic_core import PydanticCustomError
 
 from .dtypes import parse_dtype
+from .known_failures import STATUSES
 from .metrics import Metrics
 from .rules import LEVELS, MAX_ROUNDINGS, STANDARD_NAMES, metric_names
 
@@ -268,7 +269,7 @@ class AcceptedCheckEntry(Record):
 class KnownFailureEntry(Record):
     what = "a mapping with reason, status, accepted and outputs"
     reason: Text
-    status: Annotated[Any, BeforeValidator(_one_of("a status a known failure has", ("error", "warning", "input-error")))]
+    status: Annotated[Any, BeforeValidator(_one_of("a status a known failure has", STATUSES))]
     accepted: Text
     outputs: Annotated[Dict[Text, Annotated[List[AcceptedCheckEntry], _list("failing checks")]],
                        _mapping("outputs to their failing checks")] = {}

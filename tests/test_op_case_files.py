@@ -110,7 +110,8 @@ def test_a_bad_field_is_a_broken_case_naming_the_file_case_and_field(tmp_path, p
 
 BAD_FILES = {
     "an alias bomb in a fixed kwarg": (
-        BOMB + "\ncases:\n  - {op: Functional.gelu, dtypes: [float32], inputs: [{shape: [4]}], kwargs: {approximate: *i}}\n",
+        BOMB + "\ncases:\n  - {op: Functional.gelu, dtypes: [float32], inputs: [{shape: [4]}], "
+               "kwargs: {approximate: *i}}\n",
         "op_cases/cases.yaml expands to more than 1000000 values through YAML aliases (an alias bomb?): write the "
         "values out"),
     "an alias bomb under an unknown key": (
@@ -154,8 +155,8 @@ def test_a_regression_input_inside_the_folder_is_read_with_weights_only(tmp_path
 
 
 OP_CASE_RUNS = {
-    "max_examples past the cap": ("cases:\n  - op: Functional.gelu\n    dtypes: [float32]\n    max_examples: 1000000000\n"
-                                  "    inputs: [{shape: [4]}]\n",
+    "max_examples past the cap": ("cases:\n  - op: Functional.gelu\n    dtypes: [float32]\n"
+                                  "    max_examples: 1000000000\n    inputs: [{shape: [4]}]\n",
                                   "field max_examples: 1000000000 is more than the 10000 this harness runs for one "
                                   "case: write at most 10000"),
     "an alias bomb in a fixed kwarg": ("bomb:\n" + "\n".join("  " + line for line in BOMB.splitlines()) +

@@ -228,7 +228,8 @@ def _input(raw: Any, field: str, dims: Mapping[str, tuple[int, int]], previous: 
         extra = sorted(set(raw) - {"file", "grad"})
         if extra or not isinstance(raw["file"], str):
             raise SchemaError(field, f"{dict(raw)!r} is not a file input: write file: name.pt and optionally grad:")
-        return FromFile(_input_file(raw["file"], f"{field}.file", base_dir), _bool(raw.get("grad", True), f"{field}.grad"))
+        grad = _bool(raw.get("grad", True), f"{field}.grad")
+        return FromFile(_input_file(raw["file"], f"{field}.file", base_dir), grad)
     if "shape" not in raw:
         raise SchemaError(field, f"{dict(raw)!r} is not an input: give a tensor (shape: ...), value:, one_of: or file:")
     unknown = sorted(set(raw) - set(TENSOR_FIELDS))
