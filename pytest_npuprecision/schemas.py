@@ -136,7 +136,11 @@ FloatDtype = Annotated[Any, BeforeValidator(_float_dtype)]
 
 
 class Record(BaseModel):
-    """A mapping with known keys: anything else is refused with the keys it may have."""
+    """A mapping with known keys: anything else is refused with the keys it may have.
+
+    Fields default to None for "not given"; a null written in the file is checked like any other
+    value (and refused), since the code that reads the data treats a given key as a value.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     what: ClassVar[str] = "a mapping"
@@ -176,18 +180,18 @@ Limit = Annotated[Union[Annotated[LimitNumber, Tag("(number)")], Annotated[Limit
 class DtypeConstants(Record):
     what = ("a mapping of the dtype's constants (small_value, small_value_atol, rtol, ulp_threshold, "
             "thousandth_rtol, benchmark_floor)")
-    small_value: Optional[LimitNumber] = None
-    small_value_atol: Optional[LimitNumber] = None
-    rtol: Optional[LimitNumber] = None
-    ulp_threshold: Optional[LimitNumber] = None
-    thousandth_rtol: Optional[LimitNumber] = None
-    benchmark_floor: Optional[LimitNumber] = None
+    small_value: LimitNumber = None
+    small_value_atol: LimitNumber = None
+    rtol: LimitNumber = None
+    ulp_threshold: LimitNumber = None
+    thousandth_rtol: LimitNumber = None
+    benchmark_floor: LimitNumber = None
 
 
 def _metric_limits(standard: str) -> type[Record]:
     """{metric: limit} for the metrics one standard judges."""
     metrics = metric_names()[standard]
-    model = create_model(f"{standard}_limits", __base__=Record, **{m: (Optional[Limit], None) for m in metrics})
+    model = create_model(f"{standard}_limits", __base__=Record, **{m: (Limit, None) for m in metrics})
     model.what = f"a mapping of {standard}'s metrics to limits"
     model.unknown = f"is not a metric of {standard}"
     return model
@@ -197,8 +201,8 @@ def _standard_table(standard: str) -> type[Record]:
     """A standard's section: its metrics' limits, and tables of them by dtype (by level for benchmark)."""
     metrics = _metric_limits(standard)
     groups = LEVELS if standard == "benchmark" else (*_float_dtype_names(), "default")
-    fields = {m: (Optional[Limit], None) for m in metrics.model_fields}
-    fields.update({g: (Optional[metrics], None) for g in groups})
+    fields = {m: (Limit, None) for m in metrics.model_fields}
+    fields.update({g: (metrics, None) for g in groups})
     model = create_model(f"{standard}_table", __base__=Record, **fields)
     model.what = f"a list of op names or a mapping of {standard}'s limits"
     by = "a level (L0, L1, L2)" if standard == "benchmark" else "a float dtype or default"
@@ -220,13 +224,13 @@ def _section(standard: str) -> Any:
 @lru_cache(maxsize=1)
 def _rules_models() -> tuple[type[Record], type[Record]]:
     op_limits = create_model("op_limits", __base__=Record,
-                             **{s: (Optional[_metric_limits(s)], None) for s in STANDARD_NAMES})
+                             **{s: (_metric_limits(s), None) for s in STANDARD_NAMES})
     op_limits.what = "a mapping of standards to {metric: limit}"
-    op_entry = create_model("op_rule", __base__=Record, standard=(Optional[StandardName], None),
-                            backward=(Optional[StandardName], None), level=(Optional[LevelName], None),
-                            roundings=(Optional[Roundings], None), limits=(Optional[op_limits], None))
+    op_entry = create_model("op_rule", __base__=Record, standard=(StandardName, None),
+                            backward=(StandardName, None), level=(LevelName, None), roundings=(Roundings, None),
+                            limits=(op_limits, None))
     op_entry.what = "a mapping of the op's rule (standard, backward, level, roundings, limits)"
-    standards = create_model("standards", __base__=Record, **{s: (Optional[_section(s)], None) for s in STANDARD_NAMES})
+    standards = create_model("standards", __base__=Record, **{s: (_section(s), None) for s in STANDARD_NAMES})
     standards.what = "a mapping of standards to op lists or limits"
     standards.keys_hint = ", ".join(STANDARD_NAMES)
     rules = create_model(
@@ -236,7 +240,7 @@ def _rules_models() -> tuple[type[Record], type[Record]]:
         levels=(Optional[Annotated[Dict[LevelName, Annotated[List[Name], _list("op names")]],
                                    _mapping("levels to op lists")]], None),
         ops=(Optional[Annotated[Dict[Name, Optional[op_entry]], _mapping("op names to their rules")]], None),
-        backward_roundings=(Optional[Roundings], None))
+        backward_roundings=(Roundings, None))
     rules.what = "a mapping with dtypes, standards, levels, ops or backward_roundings"
     return rules, op_entry
 
@@ -250,7 +254,7 @@ def rules_file() -> type[Record]:
 def case_limits() -> type[Record]:
     """An op case's ``limits:``: {standard: {metric: limit}}, for the standards a case can have."""
     standards = [s for s in STANDARD_NAMES if s != "benchmark"]
-    model = create_model("case_limits", __base__=Record, **{s: (Optional[_metric_limits(s)], None) for s in standards})
+    model = create_model("case_limits", __base__=Record, **{s: (_metric_limits(s), None) for s in standards})
     model.what = "a mapping of standards to {metric: limit}"
     model.unknown, model.keys_hint = "is not a standard op cases use", f"one of {', '.join(standards)}"
     return model

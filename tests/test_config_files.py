@@ -40,6 +40,12 @@ BAD_RULES = {
                           "standards.ulp.float16.max_ulp_err: expected a finite number >= 0, got inf"),
     "a string limit": ("ops: {gelu: {limits: {ulp: {max_ulp_err: lots}}}}",
                        "ops.gelu.limits.ulp.max_ulp_err: expected a finite number >= 0, got 'lots'"),
+    "a null limit": ("standards: {ulp: {default: {max_ulp_err: null}}}",
+                     "standards.ulp.default.max_ulp_err: expected a finite number >= 0, got None"),
+    "a null dtype constant": ("dtypes: {float32: {rtol: null}}",
+                              "dtypes.float32.rtol: expected a finite number >= 0, got None"),
+    "a null standard section": ("standards: {ulp: null}",
+                                "standards.ulp: expected a list of op names or a mapping of limits, got None"),
     "a warning that is no number": ("standards: {error_bound: {max_bound_ratio: {error: 8, warning: x}}}",
                                     "standards.error_bound.max_bound_ratio.warning: expected a finite number >= 0, "
                                     "got 'x'"),

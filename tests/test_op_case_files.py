@@ -102,7 +102,7 @@ def test_a_bad_field_is_a_broken_case_naming_the_file_case_and_field(tmp_path, p
     body = "\n".join([f"    {k}: {v}" for k, v in fields.items() if k not in given] + [f"    {line}"])
     started = time.perf_counter()
     bad, good = _load(tmp_path, f"cases:\n  - {body.strip()}\n{GOOD}")
-    assert time.perf_counter() - started < 1
+    assert time.perf_counter() - started < 10  # a rank of a billion once meant computing 8 ** 10**9
     assert isinstance(bad, BrokenCase) and isinstance(good, OpCase)
     assert bad.problem == f"op_cases/cases.yaml, case 'bad', {message}"
     assert not opened
@@ -139,7 +139,7 @@ def test_a_bad_file_is_one_broken_case_found_quickly(tmp_path, problem):
     text, message = BAD_FILES[problem]
     started = time.perf_counter()
     [broken] = _load(tmp_path, text)
-    assert time.perf_counter() - started < 1
+    assert time.perf_counter() - started < (1 if "alias" in problem else 10)  # 1001 cases take a while to parse
     assert isinstance(broken, BrokenCase) and broken.problem == message
 
 
