@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .config_files import ConfigError, load_json
+from .config_files import ConfigError, load_json, validate
 from .metrics import Metrics
 
 FORMAT = "pytest-npuprecision record"
@@ -68,34 +68,17 @@ class RecordedBaseline:
         if data.get("version") != VERSION:
             raise BaselineFileError(f"baseline {path} has record version {data.get('version')!r}, this plugin "
                                     f"reads version {VERSION}: record it again with this version")
-        for key in ("device", "cases"):
-            if not isinstance(data.get(key), dict):
-                raise BaselineFileError(f"baseline {path}: {key!r} is {_kind(data.get(key))}, expected an object: "
-                                        f"record the file again")
-        cases = {}
-        for case_id, entry in data["cases"].items():
-            try:
-                cases[case_id] = RecordedCase(
-                    dict(entry["fingerprint"]),
-                    {name: _output(name, out) for name, out in entry["outputs"].items()})
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise BaselineFileError(f"baseline {path}: case {case_id!r} is malformed ({type(exc).__name__}: "
-                                        f"{exc}): record the file again") from None
-        return cls(path, data["device"], str(data.get("golden", "?")), cases)
+        from .schemas import RecordedFile
 
-
-def _output(name: str, out: dict[str, Any]) -> RecordedOutput:
-    recorded = RecordedOutput(out["dtype"], tuple(out["shape"]), Metrics.from_dict(out["metrics"]))
-    metrics = recorded.metrics
-    if (metrics.dtype, tuple(metrics.shape)) != (recorded.dtype, recorded.shape):
-        # judge() would refuse the metrics later, as a harness error: refuse the file now instead
-        raise ValueError(f"{name} is {recorded.dtype}{list(recorded.shape)} but its metrics are "
-                         f"{metrics.dtype}{list(metrics.shape)}")
-    return recorded
-
-
-def _kind(value: Any) -> str:
-    return "missing" if value is None else f"a {type(value).__name__}"
+        try:
+            record = validate(RecordedFile, data, path)
+        except ConfigError as exc:
+            raise BaselineFileError(f"{exc}: record the file again") from None
+        cases = {case_id: RecordedCase(dict(entry.fingerprint.model_dump()),
+                                       {name: RecordedOutput(out.dtype, tuple(out.shape), out.metrics)
+                                        for name, out in entry.outputs.items()})
+                 for case_id, entry in record.cases.items()}
+        return cls(path, record.device, record.golden, cases)
 
 
 def write_record(path: Path, device: Mapping[str, Any], golden: str, records: Iterable[dict]) -> int:

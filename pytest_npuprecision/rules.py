@@ -21,6 +21,7 @@ from .metrics import MetricParams
 
 STANDARD_NAMES = ("binary", "absolute", "ulp", "thousandth", "error_bound", "benchmark")
 LEVELS = ("L0", "L1", "L2")
+MAX_ROUNDINGS = 64  # intermediate roundings: a fair kernel makes a handful; more is no precision standard
 
 # Dunder spellings that msprobe records for Tensor operators, folded to the function they call.
 _DUNDERS = {
@@ -126,9 +127,19 @@ class Rules:
         """These rules with a user's overrides on top (a mapping, or a YAML file path).
 
         The override file has the shape of the shipped tables: ``dtypes:`` and ``standards:`` as in
-        thresholds.yaml, ``standards:`` lists, ``levels:`` and ``ops:`` as in ops.yaml.
+        thresholds.yaml, ``standards:`` lists, ``levels:`` and ``ops:`` as in ops.yaml. A file is
+        checked by schemas.rules_file first; every error names it.
         """
-        data = _load_yaml(Path(overrides)) if isinstance(overrides, (str, Path)) else overrides
+        if isinstance(overrides, (str, Path)):
+            path = Path(overrides)
+            try:
+                return self._merged(_load_yaml(path))
+            except ValueError as exc:
+                message = str(exc)
+                raise ValueError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
+        return self._merged(overrides)
+
+    def _merged(self, data: Mapping[str, Any]) -> "Rules":
         unknown = set(data) - {"dtypes", "standards", "levels", "ops", "backward_roundings"}
         if unknown:
             raise ValueError(
@@ -195,16 +206,35 @@ class Rules:
         return self.ops.get(op.qualified) or self.ops.get(op.bare) or OpRule()
 
     def limits_for(self, standard: str, dtype: torch.dtype, rule: OpRule) -> dict[str, Limit]:
+        """The standard's limits for one output: its flat limits, under them those of the output's
+        dtype (or ``default``), or of the op's level for benchmark, then the op's own."""
         table = self.limits.get(standard, {})
+        merged = {metric: value for metric, value in table.items() if not is_limit_table(value)}
         if standard == "benchmark":
-            table = table.get(rule.level, table.get("L0", {}))
+            merged.update(table.get(rule.level, table.get("L0", {})))
         else:
-            name = str(dtype).removeprefix("torch.")
-            if name in table or "default" in table:
-                table = table.get(name, table.get("default", {}))
-        merged = {metric: _limit(value, f"{standard}.{metric}") for metric, value in table.items()}
+            merged.update(table.get("default", {}))
+            merged.update(table.get(str(dtype).removeprefix("torch."), {}))
+        merged = {metric: _limit(value, f"{standard}.{metric}") for metric, value in merged.items()}
         merged.update(rule.limits.get(standard, {}))
         return merged
+
+
+def is_limit_table(value: Any) -> bool:
+    """A {metric: limit} table (per dtype or level), not one limit written as {error: x, warning: y}."""
+    return isinstance(value, Mapping) and not {"error", "warning"} & set(value)
+
+
+@lru_cache(maxsize=1)
+def metric_names() -> Mapping[str, tuple[str, ...]]:
+    """The metrics each standard judges, read from the shipped threshold table."""
+    names = {}
+    for standard, table in Rules.default().limits.items():
+        found: set[str] = set()
+        for key, value in table.items():
+            found.update(value if is_limit_table(value) else [key])
+        names[standard] = tuple(sorted(found))
+    return MappingProxyType(names)
 
 
 def _check_standard(name: str, where: str) -> None:
@@ -230,7 +260,8 @@ def _params(name: str, values: Mapping) -> MetricParams:
     keys = ("small_value", "small_value_atol", "rtol", "ulp_threshold", "thousandth_rtol")
     missing = [k for k in keys if k not in values]
     if missing:
-        raise ValueError(f"dtype {name!r} in the threshold table lacks {', '.join(missing)}: give every constant")
+        raise ValueError(f"dtypes.{name}: lacks {', '.join(missing)}: give every constant of a dtype the shipped "
+                         f"table does not have")
     return MetricParams(**{k: float(values[k]) for k in keys})
 
 
@@ -271,8 +302,8 @@ def _rule(name: str, entry: Mapping) -> OpRule:
 
 
 def _roundings(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{where} = {value!r} is not a count: use a whole number >= 0")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ROUNDINGS:
+        raise ValueError(f"{where} = {value!r} is not a count: use a whole number from 0 to {MAX_ROUNDINGS}")
     return value
 
 
@@ -294,7 +325,7 @@ def _merge_rule(old: OpRule | None, new: OpRule) -> OpRule:
 def _deep_merge(base: Mapping, extra: Mapping) -> dict:
     out = dict(base)
     for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and not {"error", "warning"} & set(value):
+        if is_limit_table(value) and isinstance(out.get(key), Mapping):
             out[key] = _deep_merge(out[key], value)
         else:
             out[key] = value
@@ -303,13 +334,11 @@ def _deep_merge(base: Mapping, extra: Mapping) -> dict:
 
 def _load_yaml(path: Path) -> Mapping:
     from .config_files import ConfigError, load_yaml, validate
-    from .schemas import RulesFile
+    from .schemas import rules_file
 
     try:
         data = load_yaml(path, "rules file")
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{path}: the rules file must hold a mapping with dtypes, standards, levels or ops")
-        validate(RulesFile, data, path)
+        validate(rules_file(), data, path)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     return data

@@ -242,19 +242,21 @@ def test_harness_errors_fail_the_run_and_are_counted(pytester, monkeypatch):
 BAD_FILES = {
     "not JSON": ("{", "kf.json: the known-failures file is not valid JSON (Expecting property name enclosed in double "
                       "quotes"),
-    "nested 100,000 deep": ("[" * 100_000 + "]" * 100_000, "kf.json: the known-failures file nests deeper than JSON "
-                                                           "can be read here"),
-    "a list": ("[]", "kf.json: the top level: input should be a valid dictionary, got list"),
+    "nested 100,000 deep": ("[" * 100_000 + "]" * 100_000, "kf.json: the known-failures file nests deeper than 64 "
+                                                           "levels"),
+    "a list": ("[]", "kf.json: the top level: expected a mapping of case ids to accepted failures, "
+                     "got a list"),
     "entry without status": ('{"a::b": {"reason": "", "accepted": "2026-01-01"}}', "kf.json: a::b.status: is missing"),
     "unknown status": ('{"a::b": {"reason": "", "accepted": "x", "status": "bad"}}',
-                       "kf.json: a::b.status: input should be 'error', 'warning' or 'input-error', got 'bad'"),
+                       "kf.json: a::b.status: 'bad' is not a status a known failure has: use error, warning, "
+                       "input-error"),
     "checks without numbers": ('{"a::b": {"reason": "", "accepted": "x", "status": "error", '
                                '"outputs": {"output.0": [{"metric": "m"}]}}}',
-                               "kf.json: a::b.outputs.output.0[0].value: is missing: fix the entry, or rewrite the "
+                               "kf.json: a::b.outputs['output.0'][0].value: is missing: fix the entry, or rewrite the "
                                "file with --npu-precision-update-known-failures"),
     "a string for a number": ('{"a::b": {"reason": "", "accepted": "x", "status": "error", '
                               '"outputs": {"output.0": [{"metric": "m", "value": "big", "limit": 1}]}}}',
-                              "kf.json: a::b.outputs.output.0[0].value: expected a number, got 'big'"),
+                              "kf.json: a::b.outputs['output.0'][0].value: expected a number, got 'big'"),
 }
 
 

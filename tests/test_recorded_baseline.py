@@ -313,7 +313,7 @@ BAD_FILES = {
     "not JSON": (lambda pytester: "{", "base.json: the baseline is not valid JSON (Expecting property name enclosed "
                  "in double quotes: line 1 column 2 (char 1)): give a file written by --npu-precision-record"),
     "nested 100,000 deep": (lambda pytester: "[" * 100_000 + "]" * 100_000,
-                            "base.json: the baseline nests deeper than JSON can be read here: give a file written by "
+                            "base.json: the baseline nests deeper than 64 levels: give a file written by "
                             "--npu-precision-record"),
     "not UTF-8": (lambda pytester: "\udcff", "base.json: the baseline is not UTF-8 text (byte 0): save it as UTF-8: "
                                              "give a file written by --npu-precision-record"),
@@ -332,21 +332,21 @@ BAD_FILES = {
         "version"),
     "cases not an object": (
         lambda pytester: _recorded_text(pytester, lambda d: d.update(cases=[])),
-        "baseline base.json: 'cases' is a list, expected an object: record the file again"),
+        "base.json: cases: expected a mapping of case ids to their recorded outputs, got a list: record the file "
+        "again"),
     "no device": (
         lambda pytester: _recorded_text(pytester, lambda d: d.pop("device")),
-        "baseline base.json: 'device' is missing, expected an object: record the file again"),
+        "base.json: device: is missing: record the file again"),
     "case without outputs": (
         lambda pytester: _recorded_text(pytester, lambda d: d["cases"]["a::b"].pop("outputs")),
-        "baseline base.json: case 'a::b' is malformed (KeyError: 'outputs'): record the file again"),
+        "base.json: cases.a::b.outputs: is missing: record the file again"),
     "case that is a string": (
         lambda pytester: _recorded_text(pytester, lambda d: d["cases"].update({"a::b": "pass"})),
-        "baseline base.json: case 'a::b' is malformed (TypeError: string indices must be integers, not 'str'): "
-        "record the file again"),
+        "base.json: cases.a::b: expected a mapping with fingerprint and outputs, got 'pass': record the file again"),
     "metrics missing a field": (
         lambda pytester: _recorded_text(pytester, lambda d: d["cases"]["a::b"]["outputs"].update(
             {"output.0": {"dtype": "float32", "shape": [2], "metrics": {"dtype": "float32"}}})),
-        "baseline base.json: case 'a::b' is malformed (ValueError: metrics lack 'shape'): record the file again"),
+        "base.json: cases.a::b.outputs['output.0'].metrics: lack 'shape': record the file again"),
 }
 
 
@@ -366,8 +366,8 @@ def test_metrics_that_disagree_with_their_output_are_refused(pytester):
     edit(pytester, lambda data: data["cases"][case]["outputs"]["output.0"].update(dtype="float16"))
     result = run(pytester, "--npu-precision-baseline", "base.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert (f"ERROR: baseline base.json: case '{case}' is malformed (ValueError: output.0 is float16[8, 32] but its "
-            f"metrics are float32[8, 32]): record the file again") in result.stderr.lines
+    assert (f"ERROR: base.json: cases['{case}'].outputs['output.0']: is float16[8, 32] but its metrics are "
+            f"float32[8, 32]: record the file again") in result.stderr.lines
 
 
 def test_a_baseline_file_that_does_not_exist_is_a_usage_error(pytester):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-from functools import lru_cache
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..config_files import ConfigError, load_yaml
+from ..config_files import MAX_BYTES, ConfigError, first_problem, load_yaml
 from ..dtypes import parse_dtype
-from ..rules import STANDARD_NAMES, Rules
+from ..rules import MAX_ROUNDINGS, STANDARD_NAMES, metric_names
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
 from .spec import BrokenCase, FromFile, Fixed, InputSpec, OneOf, OpCase, Size, TensorSpec
 
@@ -25,6 +25,12 @@ TENSOR_FIELDS = ("shape", "dtype", "range", "min_magnitude", "indices", "special
 CASE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAX_ELEMENTS = 1 << 16  # per tensor: op cases stay small so that hundreds of examples run in seconds
 MAX_EXAMPLES = 10_000  # per case and dtype: past this a search is a benchmark, not a test
+MAX_CASES = 1_000  # per file: a file past this is generated, and its cases belong in several files
+MAX_RANK = 16  # dims of one tensor
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed's range
+MAX_INDICES = 2**31 - 1  # classes or embedding rows an index tensor draws from
+MAX_WHOLE = 2**63 - 1  # int64, the widest integer tensor a range can fill
+_FLOAT_MAX = 1.7976931348623157e308
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -51,6 +57,9 @@ def load_case_file(path: Path, root: Path | None = None) -> list[OpCase | Broken
     unknown = sorted(set(data) - {"cases", "defaults"})
     if unknown:
         return [BrokenCase(path.name, source, f"{source}: top-level keys {unknown} are unknown: use cases and defaults")]
+    if len(data["cases"]) > MAX_CASES:
+        return [BrokenCase(path.name, source, f"{source} holds {len(data['cases'])} cases, more than the {MAX_CASES} "
+                                              f"one file may hold: split it into several files")]
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, Mapping) or set(defaults) - set(CASE_FIELDS) - {"id"} or "id" in defaults:
         return [BrokenCase(path.name, source, f"{source}: defaults must map case fields other than id "
@@ -126,7 +135,8 @@ def parse_case(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> OpCase
             raise SchemaError("kwargs", f"{name!r} is not a keyword name: use a Python identifier")
         kwargs[name] = _input(entry, f"kwargs.{name}", dims, inputs, base_dir)
     limits, reason = parse_limits(raw.get("limits"), raw.get("reason"))
-    roundings = count(raw.get("roundings"), "roundings", minimum=0)
+    roundings = count(raw.get("roundings"), "roundings", minimum=0, maximum=MAX_ROUNDINGS,
+                      cap="intermediate roundings a precision standard allows")
     if roundings is not None and reason is None:
         raise SchemaError("reason", "is missing: a case that sets roundings must say which intermediates its kernel "
                                     "rounds, in reason:")
@@ -136,7 +146,7 @@ def parse_case(raw: Mapping[str, Any], *, source: str, base_dir: Path) -> OpCase
         standard=parse_standard(raw.get("standard")), limits=limits, roundings=roundings, reason=reason,
         backward=_bool(raw.get("backward", False), "backward"),
         max_examples=count(raw.get("max_examples"), "max_examples", minimum=1, maximum=MAX_EXAMPLES),
-        seed=count(raw.get("seed"), "seed", minimum=0),
+        seed=count(raw.get("seed"), "seed", minimum=0, maximum=MAX_SEED, cap="torch.manual_seed takes"),
         found_by=_optional_name(raw.get("found_by"), "found_by"),
     )
 
@@ -174,6 +184,9 @@ def _range(raw: Any, field: str, *, whole: bool = False) -> tuple:
         wrong = not isinstance(value, int) if whole else not isinstance(value, (int, float))
         if wrong or isinstance(value, bool) or value != value:
             raise SchemaError(field, f"{raw!r} is not a range: write [low, high] with two {kind}")
+        if abs(value) > (MAX_WHOLE if whole else _FLOAT_MAX):
+            raise SchemaError(field, f"{raw!r} reaches past what a tensor holds: keep both ends within "
+                                     f"{'±2**63 - 1' if whole else '±1.8e308'}")
     if raw[0] > raw[1]:
         raise SchemaError(field, f"{raw!r} is empty: give [low, high] with low <= high")
     return tuple(raw)
@@ -215,15 +228,8 @@ def _input(raw: Any, field: str, dims: Mapping[str, tuple[int, int]], previous: 
         extra = sorted(set(raw) - {"file", "grad"})
         if extra or not isinstance(raw["file"], str):
             raise SchemaError(field, f"{dict(raw)!r} is not a file input: write file: name.pt and optionally grad:")
-        path = base_dir / raw["file"]
-        real = Path(os.path.realpath(path))
-        if not real.is_relative_to(os.path.realpath(base_dir)):
-            raise SchemaError(f"{field}.file", f"{raw['file']!r} leads out of the case file's folder: keep regression "
-                                               f"inputs next to the case file")
-        if not path.is_file():
-            raise SchemaError(f"{field}.file", f"{raw['file']!r} does not exist next to the case file: "
-                                               f"restore it or delete the case")
-        return FromFile(path, _bool(raw.get("grad", True), f"{field}.grad"))
+        grad = _bool(raw.get("grad", True), f"{field}.grad")
+        return FromFile(_input_file(raw["file"], f"{field}.file", base_dir), grad)
     if "shape" not in raw:
         raise SchemaError(field, f"{dict(raw)!r} is not an input: give a tensor (shape: ...), value:, one_of: or file:")
     unknown = sorted(set(raw) - set(TENSOR_FIELDS))
@@ -232,10 +238,33 @@ def _input(raw: Any, field: str, dims: Mapping[str, tuple[int, int]], previous: 
     return _tensor(raw, field, dims, previous)
 
 
+def _input_file(name: str, field: str, base_dir: Path) -> Path:
+    """A regression input's path: inside the case file's folder (after links), a regular file, not huge.
+    Nothing is opened here; torch.load(weights_only=True) reads it when the case runs."""
+    path = base_dir / name
+    if os.path.isabs(name) or not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(base_dir)):
+        raise SchemaError(field, f"{name!r} leads out of the case file's folder: keep regression inputs next to the "
+                                 f"case file")
+    try:
+        info = os.stat(path)
+    except OSError:
+        raise SchemaError(field, f"{name!r} does not exist next to the case file: restore it or delete the case") \
+            from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SchemaError(field, f"{name!r} is not a regular file (a folder, a FIFO or a device): write it again "
+                                 f"with torch.save")
+    if info.st_size > MAX_BYTES:
+        raise SchemaError(field, f"{name!r} is {info.st_size} bytes, more than the {MAX_BYTES} a regression input "
+                                 f"may have: op case tensors hold at most {MAX_ELEMENTS} elements")
+    return path
+
+
 def _tensor(raw: Mapping[str, Any], field: str, dims, previous: list[InputSpec]) -> TensorSpec:
     spec: dict[str, Any] = {}
     shape = raw["shape"]
     if isinstance(shape, list):
+        if len(shape) > MAX_RANK:
+            raise SchemaError(f"{field}.shape", f"has {len(shape)} dims: keep tensors within {MAX_RANK} dims")
         spec["shape"] = tuple(_size(s, f"{field}.shape[{i}]", dims) for i, s in enumerate(shape))
     elif isinstance(shape, Mapping) and set(shape) == {"broadcasts_to"}:
         target = shape["broadcasts_to"]
@@ -246,6 +275,9 @@ def _tensor(raw: Mapping[str, Any], field: str, dims, previous: list[InputSpec])
         spec["broadcasts_to"] = target
     elif isinstance(shape, Mapping) and set(shape) <= {"rank", "sides"} and "rank" in shape:
         spec["rank"] = _size_range(shape["rank"], f"{field}.shape.rank")
+        if spec["rank"][1] > MAX_RANK:
+            raise SchemaError(f"{field}.shape.rank", f"{shape['rank']!r} reaches past {MAX_RANK} dims: keep tensors "
+                                                     f"within {MAX_RANK} dims")
         spec["sides"] = _size_range(shape.get("sides", [1, 8]), f"{field}.shape.sides")
     else:
         raise SchemaError(f"{field}.shape", f"{shape!r} is not a shape: write [sizes or symbols], "
@@ -261,8 +293,9 @@ def _tensor(raw: Mapping[str, Any], field: str, dims, previous: list[InputSpec])
         if isinstance(count, str):
             if count not in dims:
                 raise SchemaError(f"{field}.indices", f"{count!r} is not a dim of this case: declare it under dims")
-        elif not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SchemaError(f"{field}.indices", f"{count!r} is not a count: give a whole number >= 1 or a dim symbol")
+        elif not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_INDICES:
+            raise SchemaError(f"{field}.indices", f"{count!r} is not a count: give a whole number from 1 to "
+                                                  f"{MAX_INDICES} or a dim symbol")
         if {"range", "special", "min_magnitude"} & set(raw):
             raise SchemaError(f"{field}.indices", "excludes range, min_magnitude and special: indices are drawn "
                                                   "in [0, indices)")
@@ -275,7 +308,7 @@ def _tensor(raw: Mapping[str, Any], field: str, dims, previous: list[InputSpec])
         spec["range"] = _range(raw["range"], f"{field}.range", whole=not is_float)
     if "min_magnitude" in raw:
         magnitude = raw["min_magnitude"]
-        if isinstance(magnitude, bool) or not isinstance(magnitude, (int, float)) or not magnitude >= 0:
+        if isinstance(magnitude, bool) or not isinstance(magnitude, (int, float)) or not 0 <= magnitude <= _FLOAT_MAX:
             raise SchemaError(f"{field}.min_magnitude", f"{magnitude!r} is not a number >= 0: write one")
         if not is_float:
             raise SchemaError(f"{field}.min_magnitude", f"needs a float tensor, not {dtype}: narrow the range instead")
@@ -329,17 +362,9 @@ def _check_size(tensor: TensorSpec, field: str, dims, previous) -> None:
                                             f"elements (smaller dims, or fewer of them)")
 
 
-@lru_cache(maxsize=1)
-def limit_metrics() -> dict[str, tuple[str, ...]]:
+def limit_metrics() -> Mapping[str, tuple[str, ...]]:
     """The metrics each standard judges, read from the shipped threshold table."""
-    metrics = {}
-    for standard, table in Rules.default().limits.items():
-        names: set[str] = set()
-        for key, value in table.items():
-            nested = isinstance(value, Mapping) and not {"error", "warning"} & set(value)
-            names.update(value if nested else [key])
-        metrics[standard] = tuple(sorted(names))
-    return metrics
+    return metric_names()
 
 
 def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:
@@ -351,24 +376,16 @@ def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:
         raise SchemaError("limits", f"{raw!r} is not a mapping: write {{standard: {{metric: limit}}}}")
     if reason is None:
         raise SchemaError("reason", "is missing: a case with its own limits must say why, in reason:")
-    known = limit_metrics()
-    limits = {}
+    from ..schemas import case_limits  # the same limits, checked by the same layer, as a rules file's
+
+    problem = first_problem(case_limits(), dict(raw))
+    if problem is not None:
+        where, text = problem
+        raise SchemaError(f"limits.{where}", text)
     for standard, metrics in raw.items():
-        if standard not in known or standard == "benchmark":
-            raise SchemaError(f"limits.{standard}", f"is not a standard op cases use: use one of "
-                                                    f"{', '.join(s for s in known if s != 'benchmark')}")
-        if not isinstance(metrics, Mapping) or not metrics:
+        if not metrics:
             raise SchemaError(f"limits.{standard}", f"{metrics!r} is not a mapping: write {{metric: limit}}")
-        for metric, value in metrics.items():
-            if metric not in known[standard]:
-                raise SchemaError(f"limits.{standard}.{metric}", f"is not a metric of {standard}: use "
-                                                                 f"{', '.join(known[standard])}")
-            plain = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not plain and not (isinstance(value, Mapping) and "error" in value):
-                raise SchemaError(f"limits.{standard}.{metric}", f"{value!r} is not a limit: write a number "
-                                                                 f"or {{error: x, warning: y}}")
-        limits[standard] = dict(metrics)
-    return limits, reason
+    return {standard: dict(metrics) for standard, metrics in raw.items()}, reason
 
 
 def parse_standard(raw: Any) -> str | None:
@@ -392,12 +409,13 @@ def _bool(raw: Any, field: str) -> bool:
     return raw
 
 
-def count(raw: Any, field: str, *, minimum: int, maximum: int | None = None) -> int | None:
+def count(raw: Any, field: str, *, minimum: int, maximum: int | None = None,
+          cap: str = "this harness runs for one case") -> int | None:
+    """A whole number from ``minimum`` to ``maximum``; ``cap`` says what the maximum is."""
     if raw is None:
         return None
     if not isinstance(raw, int) or isinstance(raw, bool) or raw < minimum:
         raise SchemaError(field, f"{raw!r} is not a whole number >= {minimum}: write one")
     if maximum is not None and raw > maximum:
-        raise SchemaError(field, f"{raw} is more than the {maximum} this harness runs for one case: write at most "
-                                 f"{maximum}")
+        raise SchemaError(field, f"{raw} is more than the {maximum} {cap}: write at most {maximum}")
     return raw
