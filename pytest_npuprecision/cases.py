@@ -143,7 +143,8 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     rules = settings.rules
     if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
         rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
-    outputs = tuple(_judged(out, case, rules, run.notes, _recorded_metrics(case, out, recorded, settings))
+    overflowed = run.overflowed if backward else None
+    outputs = tuple(_judged(out, case, rules, run.notes, _recorded_metrics(case, out, recorded, settings), overflowed)
                     for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
@@ -193,9 +194,9 @@ def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None
 
 
 def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...],
-            recorded: Metrics | None) -> OutputVerdict:
+            recorded: Metrics | None, overflowed: str | None) -> OutputVerdict:
     baseline = out.baseline if out.baseline is not None else recorded
     verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation,
-                    rules=rules, notes=notes)
+                    rules=rules, notes=notes, overflowed=overflowed)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

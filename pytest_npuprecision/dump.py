@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import re
 import stat
@@ -385,3 +386,28 @@ def _argument(call: DecodedCall, switch: _Switch) -> Any:
         if keyword in call.kwargs:
             return call.kwargs[keyword]
     return call.args[switch.position] if len(call.args) > switch.position else switch.default
+
+
+def recorded_nonfinite(case: DumpCase) -> bool:
+    """Whether the dump's statistics show an inf or nan in what this case compares: the forward's
+    outputs, or for a backward case the input gradients. Read from dump.json alone, at collection."""
+    entry = case.forward if case.direction == "forward" else case.backward
+    return isinstance(entry, dict) and _has_nonfinite(entry.get("output"), depth=0)
+
+
+def _has_nonfinite(value: Any, depth: int) -> bool:
+    if depth > 32:  # dump.json is untrusted: its nesting is bounded here as in its decoding
+        return False
+    if isinstance(value, list):
+        return any(_has_nonfinite(item, depth + 1) for item in value)
+    if not isinstance(value, dict):
+        return False
+    if value.get("type") == "torch.Tensor":
+        return any(_nonfinite_number(value.get(stat)) for stat in ("Max", "Min", "Mean", "Norm"))
+    return any(_has_nonfinite(item, depth + 1) for item in value.values())
+
+
+def _nonfinite_number(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("inf", "-inf", "+inf", "infinity", "-infinity", "nan")
+    return isinstance(value, float) and not math.isfinite(value)

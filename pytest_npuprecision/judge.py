@@ -26,6 +26,7 @@ def judge(
     accumulation: Accumulation | None = None,
     rules: Rules | None = None,
     notes: tuple[str, ...] = (),
+    overflowed: str | None = None,
 ) -> Verdict:
     """Judge a device-under-test output against a high-precision golden.
 
@@ -36,6 +37,9 @@ def judge(
     op: the op's name ("Functional.gelu", "matmul") to pick its standard and limits.
     dtype: the dtype whose standards apply (default: actual's). standard: force one standard.
     accumulation: the reduction length and term norms for the error-bound standard.
+    overflowed: what overflowed upstream of this output, fairly for its dtype (the forward of a
+    gradient): then infs where the exact result is finite, and nothing else wrong, are an overflow,
+    not an error. Without it they are an error: a kernel may not invent an inf.
     """
     rules = rules or Rules.default()
     actual = _tensor(actual, "actual")
@@ -83,10 +87,14 @@ def judge(
         checks, label = checks + own_checks, f"benchmark+{own.name}"
     if target.is_floating_point:
         checks.insert(0, inf_nan_gate(metrics))
+    if overflowed is not None and _only_overflow(checks, metrics):
+        checks[0] = dataclasses.replace(checks[0], status=Status.OVERFLOW)
     status = Status.worst(c.status for c in checks)
-    if checks[0].metric == "nonfinite_mismatch" and checks[0].status is Status.ERROR:
+    if checks[0].metric == "nonfinite_mismatch" and checks[0].status in (Status.ERROR, Status.OVERFLOW):
         worst_field = "nonfinite"
     all_notes = tuple(notes) + _notes(actual, golden, metrics, base_metrics) + tuple(forgiven)
+    if status is Status.OVERFLOW:
+        all_notes += (overflowed,)
     return Verdict(
         status=status,
         standard=label,
@@ -109,6 +117,14 @@ def assert_precise(actual: Any, golden: Any, **kwargs: Any) -> Verdict:
     if verdict.status is Status.ERROR:
         raise AssertionError(render_message(verdict))
     return verdict
+
+
+def _only_overflow(checks, metrics: Metrics) -> bool:
+    """Every disagreeing inf or nan is an inf of the right sign where the golden is finite, and the
+    finite elements pass: the result left the dtype's range, the kernel is not imprecise."""
+    gate, rest = checks[0], checks[1:]
+    return (gate.metric == "nonfinite_mismatch" and gate.status is Status.ERROR
+            and metrics.overflow == metrics.nonfinite_mismatch and not _fails(rest))
 
 
 def _fails(checks) -> bool:
@@ -178,6 +194,8 @@ def _notes(actual, golden, metrics: Metrics, base: Metrics | None) -> tuple[str,
     notes = []
     if actual.numel() == 0:
         notes.append("empty output: nothing to compare")
+    elif actual.dtype.is_floating_point and metrics.finite == 0:
+        notes.append("no element is finite on both sides: only where inf and nan fall was compared")
     if actual.dtype.is_floating_point and golden.dtype.is_floating_point:
         if torch.finfo(golden.dtype).eps >= torch.finfo(actual.dtype).eps and actual.dtype != torch.float64:
             notes.append(f"golden is {golden.dtype}, no more precise than the output: errors are understated")

@@ -96,6 +96,7 @@ class Metrics:
     golden_rms: float
     worst: WorstIndices
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
+    overflow: int = 0  # elements that are +-inf on the device where the golden is finite, of the same sign
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -177,7 +178,7 @@ _SUMS = (
     "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
-    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound",
+    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound", "overflow",
 )
 _MAXIMA = ("abs", "rel", "ulp", "bound")
 _FIRSTS = ("nonfinite", "binary")
@@ -238,6 +239,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
             # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
             same |= inf_a & (torch.sign(a) == torch.sign(g)) & (g.abs() >= fmt.max)
         nonfinite_mismatch = ~both & ~same
+        overflow = nonfinite_mismatch & inf_a & fin_g & (torch.sign(a) == torch.sign(g))
         diff = torch.where(both, a - g, 0)
         abs_g = torch.where(both, g.abs(), 0)
         a_fin, g_fin = torch.where(both, a, 0), torch.where(both, g, 0)
@@ -254,7 +256,9 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         tiny = math.ldexp(1.0, fmt.min_exponent)
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
         ulp_err = abs_err / torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        scale = abs_g.clamp(min=golden_rms) if term_norm is None else term_norm + abs_g
+        scale = abs_g.clamp(min=golden_rms)
+        if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
+            scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
         floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
         bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
@@ -277,7 +281,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
         count((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
-        count(bound_ratio > 1),
+        count(bound_ratio > 1), zero if all_finite else count(overflow),
     )])
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -346,6 +350,7 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         golden_rms=golden_rms,
         worst=worst,
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
+        overflow=int(s["overflow"]),
     )
 
 

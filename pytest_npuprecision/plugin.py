@@ -12,7 +12,7 @@ import pytest
 
 from . import gating
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
-from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump
+from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump, recorded_nonfinite
 from .opcases import plugin as opcases
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties, new_record
@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_precision: a precision case from an msprobe dump")
     config.addinivalue_line("markers", "npu_forward: a forward API call from a dump")
     config.addinivalue_line("markers", "npu_backward: a backward API call from a dump")
+    config.addinivalue_line("markers", "npu_overflow: the dump recorded an inf or nan in what this case compares")
     check_output_paths(config)
     opcases.configure(config)
     failure = (PrecisionFailure, opcases.OpCaseFailure)
@@ -242,6 +243,8 @@ class DumpCaseItem(pytest.Item):
         self.dump = dump
         self.add_marker(pytest.mark.npu_precision)
         self.add_marker(pytest.mark.npu_backward if case.direction == "backward" else pytest.mark.npu_forward)
+        if recorded_nonfinite(case):
+            self.add_marker(pytest.mark.npu_overflow)
 
     def runtest(self) -> None:
         settings = settings_for(self.config)
@@ -305,9 +308,17 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             gate.annotate(record, report)
         # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
         report.npu_precision = json.dumps(record)
+        report.npu_overflow = record["status"] == "overflow"
         # JUnit XML takes these from the teardown report, which copies the item's properties.
         item.user_properties.extend(junit_properties(record))
     return report
+
+
+def pytest_report_teststatus(report, config):
+    """An overflow passes, but is counted and shown apart: 'O' in the progress line, 'N overflow' at the end."""
+    if report.when == "call" and report.passed and getattr(report, "npu_overflow", False):
+        return "overflow", "O", ("OVERFLOW", {"yellow": True})
+    return None
 
 
 # Failures whose message says everything: shown without a traceback.

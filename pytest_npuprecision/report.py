@@ -257,7 +257,8 @@ class Collector:
         return Gating(str(gate.path), gate.stale, gate.fails_run, self.strict_warnings, tuple(_gate_notes(gate)))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        lines = summary_lines(self.records, self.gate, self.written, self.strict_warnings)
+        lines = summary_lines(self.records, self.gate, self.written, self.strict_warnings,
+                              root=self.config.rootpath)
         if self.recorded is not None:
             lines.append(f"baseline recorded: {self.recorded} judged cases with their input fingerprints")
         if lines:
@@ -270,7 +271,7 @@ _LISTED = 5  # at most this many cases per kind of line
 
 
 def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: list[Path],
-                  strict_warnings: bool) -> list[str]:
+                  strict_warnings: bool, root: Path | None = None) -> list[str]:
     """The terminal summary: short, and the same for the same records whatever the order they came in."""
     records = sorted(records, key=lambda r: r["case_id"])
     statuses = failing_statuses(strict_warnings)
@@ -284,13 +285,18 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     if by_standard:
         lines.append("outputs by standard: " + "; ".join(f"{s} {counts(v)}" for s, v in sorted(by_standard.items())))
     for location, record in first_failing(records, strict_warnings).items():
-        lines.append(f"first failing API in {location or 'dump'}: {record['key']} "
-                     f"({worst_text(record, statuses)}){_known(record)}")
+        text = worst_text(record, statuses)
+        if root is not None:  # paths in a dump's message, shown from where the user stands
+            text = text.replace(f"{root.as_posix().rstrip('/')}/", "")
+        lines.append(f"first failing API in {location or 'dump'}: {record['key']} ({text}){_known(record)}")
     unexpected = [r for r in records if is_failing(r, strict_warnings) and known_outcome(r) != "xfail"]
     failing = sorted(unexpected, key=severity, reverse=True)
     for record in failing[:_LISTED]:
         lines.append(f"worst: {record['case_id']}: {worst_text(record, statuses)}{_times(record, statuses)}"
                      f"{_known(record)}")
+    overflowed = [r for r in records if r["status"] == "overflow"]
+    lines += [f"overflow: {r['case_id']}: {_overflow_text(r)}" for r in overflowed[:_LISTED]]
+    lines += _more(overflowed, "overflows")
     if not strict_warnings:
         warned = [r for r in records if r["status"] == "warning"]
         lines += [f"warning: {r['case_id']}: {worst_text(r, ('warning',))}" for r in warned[:_LISTED]]
@@ -304,6 +310,12 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]
     return lines
+
+
+def _overflow_text(record: dict) -> str:
+    output = next(o for o in record["outputs"] if o["status"] == "overflow")
+    m = output["metrics"]
+    return f"{output['name']}: {m['overflow']} / {m['numel']} elements inf where the exact {output['dtype']} result is finite"
 
 
 def _known(record: dict) -> str:

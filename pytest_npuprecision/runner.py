@@ -52,6 +52,7 @@ class RunResult:
     baseline_seconds: float = 0.0
     notes: tuple[str, ...] = ()
     error: str | None = None  # device and golden (or dump) disagree on the structure of the results
+    overflowed: str | None = None  # the device's forward left its dtype's range where the exact result does
 
     @property
     def ok(self) -> bool:
@@ -181,9 +182,15 @@ def _arguments(args, kwargs, side: _Side, notes: list[str], square: bool = False
         # that requires grad, and a copy is cheaper than working out which ops write where.
         return placed.clone()
 
+    scalar_dtype = _scalar_dtype(args, kwargs) if side.float_dtype is not None else None
+
     def other(value: Any) -> Any:
         if isinstance(value, torch.device):
             return side.device
+        if scalar_dtype is not None and type(value) is float:
+            # The kernel rounds a Python float to its compute type (float32, also for half types):
+            # an exact 0.001 in the golden would charge the kernel with 0.5 ulp on every element.
+            return torch.tensor(value, dtype=scalar_dtype).item()
         if isinstance(value, torch.dtype) and side.float_dtype is not None and value.is_floating_point \
                 and value != side.float_dtype:
             notes.append(f"golden computes the dtype argument {value} as {side.float_dtype}")
@@ -195,6 +202,13 @@ def _arguments(args, kwargs, side: _Side, notes: list[str], square: bool = False
         call_kwargs.update({k: v * v for k, v in call_kwargs.items()
                             if k in ("alpha", "beta") and isinstance(v, (int, float))})
     return call_args, call_kwargs
+
+
+def _scalar_dtype(args, kwargs) -> torch.dtype | None:
+    """float32 where the call's widest float tensor is at most 32 bits: the type a kernel computes
+    Python scalars in. None for float64 calls and calls without float tensors."""
+    widths = [t.dtype.itemsize for t in _tensor_paths(args, kwargs).values() if t.is_floating_point()]
+    return torch.float32 if widths and max(widths) <= 4 else None
 
 
 @dataclass(frozen=True)
@@ -602,6 +616,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
 
     outputs, forward_error = _pair(device_side, dict(dev.outputs), golden_side, dict(gold.outputs), notes,
                                    accumulation)
+    overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
 
@@ -620,7 +635,22 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     return RunResult(
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
-        baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error)
+        baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
+        overflowed=overflowed)
+
+
+def _fair_overflow(outputs: Sequence[RunOutput]) -> str | None:
+    """Where the device's forward gave inf because the exact result is past its dtype's largest value."""
+    for out in outputs:
+        if not out.actual.is_floating_point() or out.actual.dtype == torch.float64:
+            continue
+        largest = torch.finfo(out.actual.dtype).max
+        fair = torch.isinf(out.actual) & (out.golden.abs() > largest)
+        count = int(fair.sum())
+        if count:
+            return (f"the forward's {out.name} overflowed {str(out.actual.dtype).removeprefix('torch.')} fairly at "
+                    f"{count} element(s): the exact result is past {largest:.6g}, and the gradient carries the inf")
+    return None
 
 
 def _named_grads(grads: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:

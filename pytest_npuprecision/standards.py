@@ -128,8 +128,17 @@ class Ulp(Standard):
         return [
             _check("max_ulp_err", m.max_ulp_err, limits["max_ulp_err"]),
             _check("mean_ulp_err", m.mean_ulp_err, limits["mean_ulp_err"]),
-            _check("ulp_over_ratio", m.ulp_over_ratio, limits["ulp_over_ratio"]),
+            _check("ulp_over_ratio", m.ulp_over_ratio, _at_least_one(limits["ulp_over_ratio"], m.finite)),
         ]
+
+
+def _at_least_one(share: Limit, count: int) -> Limit:
+    """A share limit that lets one element of ``count`` through: below 1/share elements a share means
+    nothing (one element of 16 is 6 %), and a maximum such as max_ulp_err still bounds that element."""
+    if count <= 0:
+        return share
+    floor = 1.0 / count
+    return Limit(max(share.error, floor), None if share.warning is None else max(share.warning, floor))
 
 
 class Thousandth(Standard):

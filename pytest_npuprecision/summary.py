@@ -1,7 +1,8 @@
 """Reading case records: what failed, by how much, and where to start. Shared by every report.
 
-A record (see report.case_record) has a status: pass, warning, error, skip, input-error (the dump
-cannot be used for that case) or harness-error (a bug of this tool). Each output holds its checks,
+A record (see report.case_record) has a status: pass, warning, overflow (a result left its dtype's
+range, never a failure), error, skip, input-error (the dump cannot be used for that case) or
+harness-error (a bug of this tool). Each output holds its checks,
 each a metric, its value, its limit and whether the limit is a maximum ("upper") or a minimum.
 """
 
@@ -12,7 +13,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 FAILING = ("error", "input-error", "harness-error")
-STATUS_ORDER = ("error", "harness-error", "input-error", "warning", "pass", "skip")
+STATUS_ORDER = ("error", "harness-error", "input-error", "warning", "overflow", "pass", "skip")
 
 
 def is_failing(record: dict, strict_warnings: bool = False) -> bool:
@@ -71,7 +72,7 @@ def times_limit(check: dict) -> str:
     return f"{number(ratio)}x {name}" if bound != 0 and math.isfinite(ratio) else ""
 
 
-_CHECK_ORDER = ("pass", "warning", "error")
+_CHECK_ORDER = ("pass", "overflow", "warning", "error")
 ALL_CHECKS = _CHECK_ORDER
 
 
@@ -114,10 +115,17 @@ def worst_text(record: dict, statuses: tuple[str, ...] = ("error",)) -> str:
     """The worst check in words, or the first line of the message for cases without metrics."""
     worst = worst_check(record, statuses)
     if worst is None:
-        return record["message"].splitlines()[0] if record["message"] else record["status"]
+        return _first_line(record) if record["message"] else record["status"]
     name, check = worst
     prefix = f"{name}: " if len(record["outputs"]) > 1 else ""
     return prefix + describe(check)
+
+
+def _first_line(record: dict) -> str:
+    """The message's first line without the 'KEY (SOURCE): ' that the summary line already says."""
+    line = record["message"].splitlines()[0]
+    lead = f"{record['key']} ({record['source']}): "
+    return line.removeprefix(lead).removeprefix(f"{record['key']}: ")
 
 
 def first_failing(records: Iterable[dict], strict_warnings: bool = False) -> dict[str, dict]:

@@ -5,17 +5,23 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import torch
+
 from .metrics import Metrics
 
 
 class Status(str, enum.Enum):
     PASS = "pass"
     WARNING = "warning"
+    # The device's result left the dtype's range where the exact one did not, and nothing else is
+    # wrong: the dtype's limit reached by these inputs (an intermediate overflowed), not a precision
+    # error. Reported and counted apart, never a failure: users hunting overflow look for these.
+    OVERFLOW = "overflow"
     ERROR = "error"
 
     @classmethod
     def worst(cls, statuses) -> "Status":
-        order = (cls.PASS, cls.WARNING, cls.ERROR)
+        order = (cls.PASS, cls.WARNING, cls.OVERFLOW, cls.ERROR)
         return max(statuses, key=order.index, default=cls.PASS)
 
 
@@ -152,6 +158,21 @@ def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
     return m.over_bound, m.finite, "past their error bound"
 
 
+def overflow_line(verdict: Verdict) -> str:
+    """What overflowed, where, and the dtype's largest finite value."""
+    m, w = verdict.metrics, verdict.worst
+    where = "" if w is None else (f"; first at [{', '.join(map(str, w.index)) or 'scalar'}]: device "
+                                  f"{_value(w.actual)}, golden {_value(w.golden)}")
+    return (f"  overflow: {m.overflow} / {m.numel} elements are inf on the device where the exact result is "
+            f"finite; {verdict.dtype} holds at most {_number(_dtype_max(verdict.dtype))}{where}. An intermediate "
+            f"of this op leaves {verdict.dtype}'s range with these inputs: the dtype's limit, not a precision "
+            f"error of the kernel")
+
+
+def _dtype_max(dtype: str) -> float:
+    return float(torch.finfo(getattr(torch, dtype)).max)
+
+
 def render_message(verdict: Verdict) -> str:
     """A stable, line-oriented description of a verdict; failing checks first."""
     name = verdict.op or "<tensor>"
@@ -167,6 +188,8 @@ def render_message(verdict: Verdict) -> str:
         lines.append(text)
         if meaning(check.metric):
             lines.append(f"      = {meaning(check.metric)}")
+    if verdict.status is Status.OVERFLOW:
+        lines.append(overflow_line(verdict))
     count = mismatched(verdict) if verdict.failures else None
     if count is not None:
         bad, total, what = count
