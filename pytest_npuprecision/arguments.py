@@ -117,6 +117,7 @@ class DecodedCall:
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    guesses: tuple[str, ...] = ()  # arguments rebuilt from other parts of the entry, said in the case's notes
 
     def specs(self) -> Iterator[TensorSpec]:
         yield from iter_specs(self.args)
@@ -142,6 +143,7 @@ class CallInputs:
     kwargs: dict[str, Any]
     grad_outputs: tuple[torch.Tensor | None, ...] = ()
     requires_grad: tuple[str, ...] = ()
+    guesses: tuple[str, ...] = ()  # see DecodedCall.guesses
 
     def with_device(self, device: torch.device | str) -> "CallInputs":
         """The same inputs with every dumped ``torch.device`` argument replaced by ``device``."""
@@ -153,8 +155,9 @@ class CallInputs:
 # ---------------------------------------------------------------- decoding
 
 
-def decode_call(entry: Any) -> DecodedCall:
-    """Decode a forward entry's ``input_args`` and ``input_kwargs``."""
+def decode_call(entry: Any, name: str = "") -> DecodedCall:
+    """Decode a forward entry's ``input_args`` and ``input_kwargs``; ``name`` is the op's bare name
+    (``to``), for arguments msprobe leaves empty that the entry can still tell."""
     if not isinstance(entry, dict):
         raise MalformedDescriptor("the entry", f"is {_kind(entry)}, expected an object")
     args, kwargs = entry.get("input_args"), entry.get("input_kwargs")
@@ -162,10 +165,51 @@ def decode_call(entry: Any) -> DecodedCall:
         raise MalformedDescriptor("input_args", f"is {_kind(args)}, expected a list")
     if not isinstance(kwargs, dict):
         raise MalformedDescriptor("input_kwargs", f"is {_kind(kwargs)}, expected an object")
+    decoded, guesses = list(args), ()
+    if name == "to":
+        decoded, guesses = _positional_to(args, entry.get("output"))
     return DecodedCall(
-        tuple(decode_value(d, f"input_args[{i}]") for i, d in enumerate(args)),
-        {name: decode_value(d, f"input_kwargs[{name!r}]") for name, d in kwargs.items()},
+        tuple(v.value if isinstance(v, _Rebuilt) else decode_value(v, f"input_args[{i}]")
+              for i, v in enumerate(decoded)),
+        {key: decode_value(d, f"input_kwargs[{key!r}]") for key, d in kwargs.items()},
+        guesses,
     )
+
+
+@dataclass(frozen=True)
+class _Rebuilt:
+    value: Any
+
+
+def _positional_to(args: list, output: Any) -> tuple[list, tuple[str, ...]]:
+    """``x.to(torch.float32)`` and ``x.to(device)``: msprobe writes a positional dtype or device as
+    ``{}``. The recorded output tells them apart: another dtype than the input's is a cast to it;
+    the same dtype is a device move (the harness puts its own device there anyway). With two empty
+    arguments, ``to(device, dtype)``. Anything else stays empty and skips, saying so."""
+    empty = [i for i, d in enumerate(args) if i > 0 and d == {}]
+    source = args[0] if args and isinstance(args[0], dict) else {}
+    result = output[0] if isinstance(output, list) and output else output
+    target = result.get("dtype") if isinstance(result, dict) else None
+    if not empty or not isinstance(target, str) or not isinstance(source.get("dtype"), str):
+        return args, ()
+    try:
+        dtype = parse_dtype(target)
+    except ValueError:
+        return args, ()
+    rebuilt = list(args)
+    if empty == [1] and target != source["dtype"]:
+        rebuilt[1] = _Rebuilt(dtype)
+        return rebuilt, (f"input_args[1] was written as {{}} by msprobe; rebuilt as {target}, the recorded "
+                         f"output's dtype",)
+    if empty == [1]:
+        rebuilt[1] = _Rebuilt(DumpedDevice("unknown"))
+        return rebuilt, ("input_args[1] was written as {} by msprobe; the output keeps the input's dtype, so it "
+                         "was a device, rebuilt as this run's device",)
+    if empty == [1, 2]:
+        rebuilt[1], rebuilt[2] = _Rebuilt(DumpedDevice("unknown")), _Rebuilt(dtype)
+        return rebuilt, (f"input_args[1:3] were written as {{}} by msprobe; rebuilt as (device, {target}) from the "
+                         f"recorded output's dtype",)
+    return args, ()
 
 
 def decode_grads(entry: Any) -> tuple[TensorSpec | None, ...]:
@@ -205,6 +249,10 @@ def decode_value(desc: Any, where: str, depth: int = 0) -> Any:
         return desc.get("value")
     decode = _OTHER_TYPES.get(kind)
     if decode is None:
+        if not desc:
+            raise UnsupportedDescriptor(where, "is written as {}: msprobe writes a positional torch.dtype or "
+                                               "torch.device so, and objects it cannot describe; nothing in the "
+                                               "entry tells which, so it cannot be rebuilt")
         if kind is None:
             raise UnsupportedDescriptor(where, f"has no 'type' (keys {sorted(desc)}), so it cannot be rebuilt")
         raise UnsupportedDescriptor(where, f"has type {kind!r}, which this harness cannot rebuild")
@@ -320,7 +368,7 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
     optional run-wide salt: give the same value to every case (not ``case.seed``) to draw a
     different but equally reproducible set of inputs.
     """
-    call = _decode_for(case.forward_key, decode_call, case.forward, case.source)
+    call = _decode_for(case.forward_key, lambda entry: decode_call(entry, case.name), case.forward, case.source)
     context = call.top_level()
     grad_paths: list[str] = []
 
@@ -345,7 +393,7 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
     if case.direction == "backward":
         specs = _decode_for(case.key, decode_grads, case.backward, case.source)
         grads = tuple(None if s is None else build(s, case.key, case.seed, None) for s in specs)
-    return CallInputs(args, kwargs, grads, tuple(grad_paths))
+    return CallInputs(args, kwargs, grads, tuple(grad_paths), call.guesses)
 
 
 def tensor_seed(base_seed: int, where: str, salt: int | None = None) -> int:

@@ -64,10 +64,10 @@ def _bytes(specs: Iterable[TensorSpec], per_element: int) -> int:
     return sum(spec.numel * (spec.dtype.itemsize + per_element) for spec in specs)
 
 
-def case_bytes(forward: Any, backward: Any, *, direction: str, baseline: bool) -> int:
+def case_bytes(forward: Any, backward: Any, *, direction: str, baseline: bool, name: str = "") -> int:
     """The peak bytes of one case, from its entries' descriptors; undecodable parts count nothing
     (they fail the case later, with their own message)."""
-    inputs = _specs(lambda: decode_call(forward).specs())
+    inputs = _specs(lambda: decode_call(forward, name).specs())
     outputs = _specs(lambda: iter_specs(decode_value(forward.get("output"), "output")) if isinstance(forward, dict)
                      else ())
     copies = 2 if baseline else 1  # the device's copy, and the baseline's

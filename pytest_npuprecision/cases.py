@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 
+import torch
+
 from .arguments import DescriptorError, DumpDataError, materialize
 from .allowlist import unsafe_argument
+from .autocast import dtype_differences, inferred_autocast, recorded_dtypes
 from .backends import Backend, load_backend
 from .budget import case_bytes, format_size
 from .baseline import RecordedBaseline, RecordedCase
@@ -24,7 +27,7 @@ from .judge import judge
 from .metrics import Metrics
 from .ops import resolve
 from .rules import Rules
-from .runner import OpExecutionError, RunOutput, run_call
+from .runner import OpExecutionError, RunOutput, golden_runs, run_call
 from .verdict import Status, Verdict
 
 
@@ -103,6 +106,8 @@ class CaseResult:
     op_seconds: float  # the op itself on device, golden and live baseline
     fingerprint: InputFingerprint | None = None
     baseline: str = "none"  # "none", "live", "recorded", or "missing" from the recorded file
+    guesses: tuple[str, ...] = ()  # what the verdict rests on beyond the dump: rebuilt arguments, inferred autocast
+    dtype_differences: tuple[str, ...] = ()  # outputs judged in another dtype than the dump recorded
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -129,34 +134,75 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     recorded = _recorded(case, prints, settings.baseline)
     inputs = materialized.with_device(settings.device.device)
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
+    forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
+    autocast, inferred = inferred_autocast(op.base_name, _leaves(inputs.args, inputs.kwargs), forward_dtypes,
+                                           _has_dtype(inputs.args, inputs.kwargs))
     try:
         run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
                        baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
-                       requires_grad=inputs.requires_grad, seed=case.seed)
+                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast)
     except OpExecutionError as exc:
-        raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
+        raise _replay_failure(case, op, inputs, exc, settings) from None
     if run.error:
         raise CaseInputError(f"{case.key} ({case.source}): {run.error}")
     compared = run.grads if backward else run.outputs
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
+    recorded_out = recorded_dtypes(_output_of(case.backward), "output") if backward else forward_dtypes
+    differences = dtype_differences({o.name: o.actual.dtype for o in compared if o.actual.is_floating_point()},
+                                    recorded_out)
+    guesses = (*inputs.guesses, *([inferred] if inferred else []), *differences)
     rules = settings.rules
     if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
         rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
     overflowed = run.overflowed if backward else None
-    outputs = tuple(_judged(out, case, rules, run.notes, _recorded_metrics(case, out, recorded, settings), overflowed)
+    notes = (*guesses, *run.notes)
+    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed)
                     for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
-    return CaseResult(case, status, outputs, run.notes, time.perf_counter() - started,
-                      run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state)
+    return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
+                      run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
+                      guesses=guesses, dtype_differences=tuple(differences))
+
+
+def _output_of(entry: Any) -> Any:
+    return entry.get("output") if isinstance(entry, dict) else None
+
+
+def _leaves(args, kwargs) -> list[Any]:
+    found: list[Any] = []
+    stack = [*args, *kwargs.values()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (list, tuple)):
+            stack.extend(value)
+        else:
+            found.append(value)
+    return found
+
+
+def _has_dtype(args, kwargs) -> bool:
+    """A dtype argument chooses the output's dtype itself (sum(dtype=), softmax(dtype=), to)."""
+    return any(isinstance(v, torch.dtype) for v in _leaves(args, kwargs))
+
+
+def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings: Settings) -> Exception:
+    """The op raised. When the float64 golden runs the same inputs, the dump is fine and this run
+    cannot replay the call on its device: a skip that says so. Otherwise the dump's arguments do not
+    fit the op: an input error of the dump."""
+    if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
+        return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
+                                           f"inputs, so the dump is not at fault: {exc}")
+    return CaseInputError(f"{case.key} ({case.source}): {exc}")
 
 
 def _check_budget(case: DumpCase, settings: Settings) -> None:
     """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
     if settings.max_case_bytes is None:
         return
-    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=settings.baseline is not None)
+    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=settings.baseline is not None,
+                      name=case.name)
     if need > settings.max_case_bytes:
         raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
                                        f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "

@@ -240,11 +240,11 @@ class _ForwardCalls:
     def __init__(self):
         self._done: dict[str, DecodedCall | DescriptorError] = {}
 
-    def __call__(self, forward_key: str, forward: Any) -> DecodedCall:
+    def __call__(self, forward_key: str, forward: Any, name: str) -> DecodedCall:
         result = self._done.get(forward_key)
         if result is None:
             try:
-                result = decode_call(forward)
+                result = decode_call(forward, name)
                 _check_rebuildable(result.specs())
             except DescriptorError as exc:
                 result = exc
@@ -314,7 +314,7 @@ def _skip(prefix: str, name: str, direction: str, forward_key: str, forward: Any
                 "dump with data_mode 'all'")
     of_forward = "" if direction == "forward" else f"forward entry {forward_key}: "
     try:
-        call = forward_calls(forward_key, forward)
+        call = forward_calls(forward_key, forward, name)
         if direction == "backward":
             of_forward = ""
             _check_rebuildable(decode_grads(entry))

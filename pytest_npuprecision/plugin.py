@@ -6,6 +6,7 @@ Everything that decides anything lives in the core modules; this file only trans
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,10 @@ class BrokenDumpItem(pytest.Item):
         return self.path, None, "broken dump.json"
 
 
+class JudgedDtypeWarning(UserWarning):
+    """A case's output was judged in another dtype than its dump recorded."""
+
+
 class PrecisionFailure(AssertionError):
     """A case whose device output is not precise enough."""
 
@@ -259,6 +264,8 @@ class DumpCaseItem(pytest.Item):
             self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad))
             raise
         self.stash[RECORD] = record = case_record(self.case, settings, result=result)
+        for difference in result.dtype_differences:  # never silent, even where the case passes
+            warnings.warn(JudgedDtypeWarning(f"{self.case.case_id}: {difference}"))
         failing = failing_outputs(result.outputs, self.config.getoption("npu_precision_strict_warnings"))
         if not failing:
             return

@@ -52,7 +52,8 @@ def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, o
         "kind": kind, "case_id": case_id, "key": key, "api": api, "direction": direction, "order": order,
         "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
         "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
-        "message": message, "seconds": None, "op_seconds": None, "outputs": [],
+        "message": message, "seconds": None, "op_seconds": None, "outputs": [], "guesses": [],
+        "dtype_differences": [],
     }
 
 
@@ -66,7 +67,8 @@ def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None
     record["reason"] = reason
     if result is not None:
         record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
-                      notes=list(result.notes), baseline_state=result.baseline,
+                      notes=list(result.notes), baseline_state=result.baseline, guesses=list(result.guesses),
+                      dtype_differences=list(result.dtype_differences),
                       fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
                       outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs])
     return record

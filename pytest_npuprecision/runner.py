@@ -541,6 +541,18 @@ def _golden_side(golden: Backend, dtype: torch.dtype, seed: int) -> _Side:
     return _Side(f"golden ({golden.name}, {str(dtype).removeprefix('torch.')})", golden, float_dtype=dtype, seed=seed)
 
 
+def golden_runs(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any], golden: Backend) -> bool:
+    """Whether the golden side runs the op's forward on these inputs without raising."""
+    golden_op = op if op.reference is None else replace(op, func=op.reference)
+    for dtype in (torch.float64, torch.float32):  # as run_call, which falls back where float64 has no kernel
+        try:
+            _forward(golden_op, args, dict(kwargs), _golden_side(golden, dtype, 0), (), [])
+            return True
+        except OpExecutionError:
+            continue
+    return False
+
+
 def _mentions_double(exc: BaseException) -> bool:
     text = str(exc.__cause__ or exc).lower()
     kernel_error = isinstance(exc.__cause__, (NotImplementedError, RuntimeError))
