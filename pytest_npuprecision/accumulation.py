@@ -13,6 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from . import norm_terms
+
+
 def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
     for name in names:
         if name in kwargs:
@@ -130,9 +133,34 @@ class AccumulationRule:
     roundings: int = 0  # intermediate results a fair kernel rounds to the output dtype
     backward_length: Callable[[Sequence[Any], Mapping[str, Any]], int] | None = None
     # per output element, the L2 norm of the intermediates a fair kernel rounds, where they outgrow the
-    # result; and the same for the first input's gradient, given the output's gradient
+    # result; and the same for input gradients given the output's gradient, by argument name
     term_norm: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
-    input_grad_term_norm: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], torch.Tensor] | None = None
+    grad_term_norms: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], Mapping[str, torch.Tensor]] | None = None
+    arguments: tuple[str, ...] = ("input",)  # positional argument names, to find a gradient's argument
+
+    def argument(self, path: str) -> str | None:
+        """'input_args[3]' or "input_kwargs['weight']" -> 'weight'; None for a nested or unknown path."""
+        if path.startswith("input_kwargs['") and path.endswith("']"):
+            return path[len("input_kwargs['"):-2]
+        index = path.removeprefix("input_args[").removesuffix("]")
+        if path.startswith("input_args[") and index.isdigit() and int(index) < len(self.arguments):
+            return self.arguments[int(index)]
+        return None
+
+
+def _centring(op: str) -> AccumulationRule:
+    """batch_norm and its kin: the length of their statistics, and term norms for their cancellation."""
+    length = {"batch_norm": _batch_norm_length, "group_norm": _group_norm_length,
+              "layer_norm": lambda a, k: math.prod(_normalized_shape(a, k)),
+              "instance_norm": lambda a, k: math.prod(_input(a, k).shape[2:])}[op]
+    return AccumulationRule(length, term_norm=lambda a, k: norm_terms.forward_terms(op, a, k),
+                            grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
+                            arguments=norm_terms.ARGUMENTS[op])
+
+
+def _normalized_shape(args, kwargs) -> tuple[int, ...]:
+    shape = _arg(args, kwargs, 1, "normalized_shape")
+    return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
 _MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
@@ -157,14 +185,14 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "norm": _NORM, "vector_norm": _NORM,
     "var": _STAT, "std": _STAT, "logsumexp": _STAT,
     "softmax": _SOFTMAX, "log_softmax": _SOFTMAX,
-    "layer_norm": _NORMALIZED, "rms_norm": _NORMALIZED,
+    "rms_norm": _NORMALIZED,
     "npu_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 1, "gamma").numel()),
-    "group_norm": AccumulationRule(_group_norm_length),
-    "batch_norm": AccumulationRule(_batch_norm_length),
+    "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
+    "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
     # Upper estimates: the log-sum-exp over classes and the mean over the batch.
     "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel()),
                                       term_norm=lambda a, k: _CrossEntropy(a, k).forward(),
-                                      input_grad_term_norm=lambda a, k, g: _CrossEntropy(a, k).input_grad(g)),
+                                      grad_term_norms=lambda a, k, g: {"input": _CrossEntropy(a, k).input_grad(g)}),
     "nll_loss": AccumulationRule(_loss_length(6, per_sample=lambda x: 1,
                                               total=lambda x: x.numel() // _class_count(x))),
     "mse_loss": AccumulationRule(_loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),

@@ -404,6 +404,12 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
                      _squared_outputs(op, args, kwargs, golden, cotangents, grad_paths).items()}
         except Exception as exc:
             notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+    named: dict[str, torch.Tensor] = {}
+    if rule is not None and rule.grad_term_norms is not None and "output.0" in cotangents:
+        try:
+            named = dict(rule.grad_term_norms(_rule_args(op, args), kwargs, cotangents["output.0"]))
+        except Exception as exc:
+            notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
     result = {}
     for path in grad_paths:
         numel = max(inputs[path].numel(), 1)
@@ -421,12 +427,8 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
         else:
             length = max(k_forward if rule else 1, math.ceil(out_numel / numel))
         norm = norms.get(f"grad.{path}")
-        if norm is None and rule is not None and rule.input_grad_term_norm is not None \
-                and path in ("input_args[0]", "input_kwargs['input']") and "output.0" in cotangents:
-            try:
-                norm = rule.input_grad_term_norm(_rule_args(op, args), kwargs, cotangents["output.0"]).to(golden.device)
-            except Exception as exc:
-                notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+        if norm is None and rule is not None and rule.argument(path) in named:
+            norm = named[rule.argument(path)].to(golden.device)
         if norm is None and length > 1:
             norm = _broadcast_term_norm(op, args, kwargs, golden, path, inputs[path].shape, cotangents)
         result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm)

@@ -253,9 +253,9 @@ def test_a_broadcast_gradient_summed_in_half_precision_still_fails():
 
 
 def test_an_op_not_elementwise_in_its_input_keeps_the_plain_bound():
-    """Expanding the weight of layer_norm to the input's shape is refused: no term norms are made up."""
+    """Expanding the weight of rms_norm to the input's shape is refused: no term norms are made up."""
     x, w = torch.randn(6, 7), torch.randn(7)
-    result = run("Functional.layer_norm", x, (7,), w, backward=True, requires_grad={0, 2})
+    result = run("Functional.rms_norm", x, (7,), w, backward=True, requires_grad={0, 2})
     assert by_name(result)["grad.input_args[2]"].accumulation.term_norm is None
 
 
