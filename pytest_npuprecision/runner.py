@@ -38,6 +38,7 @@ class RunOutput:
     golden: torch.Tensor
     accumulation: Accumulation | None = None  # None for integer and bool outputs
     baseline: torch.Tensor | None = None  # the same output from a live baseline, in the device's dtype
+    judged_dtype: torch.dtype | None = None  # the precision it was computed in, where autocast cast it up after
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class _Side:
     float_dtype: torch.dtype | None = None  # golden only: every floating input and dtype argument
     autocast: torch.dtype | None = None  # device and baseline only
     seed: int = 0
+    rounds_to: torch.dtype | None = None  # golden of an autocast call: wider float inputs first rounded to this
+
 
     @property
     def device(self) -> torch.device:
@@ -93,7 +96,10 @@ class _Side:
             dtype = self.float_dtype
         elif self.float_dtype is not None and t.is_complex():
             dtype = torch.complex128 if self.float_dtype == torch.float64 else torch.complex64
-        source = t.detach().to(dtype)
+        source = t.detach()
+        if self.rounds_to is not None and t.is_floating_point() and t.dtype.itemsize > self.rounds_to.itemsize:
+            source = source.to(self.rounds_to)  # as autocast casts a float32 weight before a bfloat16 matmul
+        source = source.to(dtype)
         placed = self.backend.to_device(source)
         # In-place ops and methods must never write into the caller's tensors, whatever the backend does.
         if placed.device == t.device and placed.data_ptr() == t.data_ptr() and t.numel():
@@ -539,8 +545,34 @@ def _run_side(op, args, kwargs, side: _Side, grad_paths, cotangents) -> tuple[_F
     return forward, grads, forward.seconds + seconds, notes
 
 
-def _golden_side(golden: Backend, dtype: torch.dtype, seed: int) -> _Side:
-    return _Side(f"golden ({golden.name}, {str(dtype).removeprefix('torch.')})", golden, float_dtype=dtype, seed=seed)
+def _golden_side(golden: Backend, dtype: torch.dtype, seed: int, rounds_to: torch.dtype | None = None) -> _Side:
+    return _Side(f"golden ({golden.name}, {str(dtype).removeprefix('torch.')})", golden, float_dtype=dtype, seed=seed,
+                 rounds_to=rounds_to)
+
+
+def _autocast_precision(grads: list[RunOutput], rounds_to: torch.dtype | None, notes: list[str]) -> list[RunOutput]:
+    """A float32 input that autocast cast to bfloat16 gets its gradient computed in bfloat16 and cast
+    back: it holds bfloat16 precision in float32, and is judged as bfloat16."""
+    if rounds_to is None:
+        return grads
+    judged = []
+    for out in grads:
+        if out.actual.is_floating_point() and out.actual.dtype.itemsize > rounds_to.itemsize:
+            low = str(rounds_to).removeprefix("torch.")
+            notes.append(f"{out.name} is judged as {low}: autocast computed it in {low} before casting it to "
+                         f"{str(out.actual.dtype).removeprefix('torch.')}")
+            out = replace(out, judged_dtype=rounds_to)
+        judged.append(out)
+    return judged
+
+
+def _autocast_rounding(autocast: torch.dtype | None, outputs: list[tuple[str, Any]]) -> torch.dtype | None:
+    """What autocast rounded the call's inputs to: its output's dtype. A bfloat16 op (linear) casts
+    every input to bfloat16 first; a float32 op (cross_entropy) raises them, which rounds nothing."""
+    if autocast is None:
+        return None
+    floats = [t.dtype for _, t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return min(floats, key=lambda d: d.itemsize) if floats else None
 
 
 def golden_runs(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any], golden: Backend) -> bool:
@@ -595,14 +627,14 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     if grad_paths and not cotangents and not error:
         notes.append(f"no output of {op.api_name} requires grad; backward skipped")
 
-    golden_side = _golden_side(golden_backend, golden_dtype, seed)
+    golden_side = _golden_side(golden_backend, golden_dtype, seed, _autocast_rounding(autocast, dev.outputs))
     try:
         gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
                                                                    grad_paths, cotangents)
     except OpExecutionError as exc:
         if golden_dtype != torch.float64 or not _mentions_double(exc):
             raise
-        golden_side = _golden_side(golden_backend, torch.float32, seed)
+        golden_side = _golden_side(golden_backend, torch.float32, seed, golden_side.rounds_to)
         gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
                                                                    grad_paths, cotangents)
         notes.append(f"golden computed in float32: no float64 kernel for {op.api_name} "
@@ -645,6 +677,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
                                   notes, lambda n, t: accs.get(n))
         if base is not None:
             grads = _with_baseline(grads, base_side, _named_grads(base_grads), notes)
+        grads = _autocast_precision(grads, golden_side.rounds_to, notes)
         error = error or grad_error
     return RunResult(
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
