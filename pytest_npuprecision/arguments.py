@@ -368,14 +368,14 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
     optional run-wide salt: give the same value to every case (not ``case.seed``) to draw a
     different but equally reproducible set of inputs.
     """
-    call = _decode_for(case.forward_key, lambda entry: decode_call(entry, case.name), case.forward, case.source)
+    call = decode_for(case.forward_key, lambda entry: decode_call(entry, case.name), case.forward, case.source)
     context = call.top_level()
     grad_paths: list[str] = []
 
     def build(spec: TensorSpec, key: str, base_seed: int, role: Role | None) -> torch.Tensor:
         if spec.data_name is not None:
             return load_tensor(data_dir, spec, key)
-        _decode_for(key, require_rebuildable, spec, case.source)
+        decode_for(key, require_rebuildable, spec, case.source)
         return synthesize(spec, tensor_seed(base_seed, spec.where, seed), role=role)
 
     def forward_tensor(spec: TensorSpec) -> torch.Tensor:
@@ -391,7 +391,7 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
     kwargs = _map_specs(call.kwargs, forward_tensor)
     grads: tuple[torch.Tensor | None, ...] = ()
     if case.direction == "backward":
-        specs = _decode_for(case.key, decode_grads, case.backward, case.source)
+        specs = decode_for(case.key, decode_grads, case.backward, case.source)
         grads = tuple(None if s is None else build(s, case.key, case.seed, None) for s in specs)
     return CallInputs(args, kwargs, grads, tuple(grad_paths), call.guesses)
 
@@ -438,7 +438,7 @@ def _first(context: dict[str, Any], wheres: tuple[str, ...]) -> Any:
     return None
 
 
-def _decode_for(key: str, decode, value: Any, source: Path):
+def decode_for(key: str, decode, value: Any, source: Path):
     """``decode(value)``, with a descriptor problem reported as a ``DumpDataError`` on dump.json."""
     try:
         return decode(value)

@@ -17,7 +17,7 @@ import torch
 from .arguments import DescriptorError, DumpDataError, materialize
 from .allowlist import unsafe_argument
 from .autocast import dtype_differences, inferred_autocast, recorded_dtypes
-from .backends import Backend, load_backend
+from .backends import Backend, DumpedOutputs, load_backend
 from .budget import case_bytes, format_size
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
@@ -26,6 +26,7 @@ from .fingerprint import InputFingerprint, fingerprint
 from .judge import judge
 from .metrics import Metrics
 from .ops import resolve
+from .recorded import NothingRecorded, recorded_results
 from .rules import Rules
 from .runner import OpExecutionError, RunOutput, golden_runs, run_call
 from .verdict import Status, Verdict
@@ -116,13 +117,17 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     if case.skip is not None:
         raise CaseSkipped(case.skip.value, case.skip_message)
     op = resolve(case.api.rsplit(".", 1)[0])
-    if op.unsupported:
+    offline = isinstance(settings.device, DumpedOutputs)
+    if op.unsupported and not (offline and op.reference is not None):
         raise CaseSkipped("unsupported-op", op.unsupported)
     _check_budget(case, settings)
     try:
         materialized = materialize(case, data_dir)
+        results = recorded_results(case, data_dir) if offline else None
     except (DumpDataError, DescriptorError) as exc:
         raise CaseInputError(str(exc)) from None
+    except NothingRecorded as exc:
+        raise CaseSkipped("no-recorded-output", str(exc)) from None
     unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
     if unsafe is not None:
         raise CaseSkipped("unsupported-op", f"{case.key}: {unsafe}")
@@ -140,12 +145,15 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     try:
         run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
                        baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
-                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast)
+                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results)
     except OpExecutionError as exc:
         raise _replay_failure(case, op, inputs, exc, settings) from None
     if run.error:
         raise CaseInputError(f"{case.key} ({case.source}): {run.error}")
     compared = run.grads if backward else run.outputs
+    if not compared and offline:
+        why = "; ".join(n for n in run.notes if "dump" in n) or "none of its recorded tensors is an argument's"
+        raise CaseSkipped("no-recorded-output", f"{case.key}: no recorded result can be judged offline: {why}")
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
     recorded_out = recorded_dtypes(_output_of(case.backward), "output") if backward else forward_dtypes

@@ -253,17 +253,19 @@ class DumpCaseItem(pytest.Item):
 
     def runtest(self) -> None:
         settings = settings_for(self.config)
-        self.stash[RECORD] = case_record(self.case, settings, status="harness-error")
+        framework = self.dump.framework
+        self.stash[RECORD] = case_record(self.case, settings, status="harness-error", framework=framework)
         try:
             result = run_case(self.case, self.dump.data_dir, settings)
         except CaseSkipped as skipped:
             self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
-                                              reason=skipped.reason)
+                                              reason=skipped.reason, framework=framework)
             pytest.skip(f"[{skipped.reason}] {skipped}")
         except CaseInputError as bad:
-            self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad))
+            self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad),
+                                              framework=framework)
             raise
-        self.stash[RECORD] = record = case_record(self.case, settings, result=result)
+        self.stash[RECORD] = record = case_record(self.case, settings, result=result, framework=framework)
         for difference in result.dtype_differences:  # never silent, even where the case passes
             warnings.warn(JudgedDtypeWarning(f"{self.case.case_id}: {difference}"))
         failing = failing_outputs(result.outputs, self.config.getoption("npu_precision_strict_warnings"))

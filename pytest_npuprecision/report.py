@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from . import __version__
+from .backends import DumpedOutputs
 from .baseline import write_record
 from .cases import CaseResult, Settings
 from .dump import DumpCase
@@ -58,11 +59,15 @@ def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, o
 
 
 def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None = None, status: str = "",
-                message: str = "", reason: str = "") -> dict[str, Any]:
+                message: str = "", reason: str = "", framework: str | None = None) -> dict[str, Any]:
+    """framework: the dump's, named where the device's side is the dump itself (offline checks)."""
     location, _, _ = case.case_id.rpartition("::")
+    device = settings.device.name
+    if isinstance(settings.device, DumpedOutputs):
+        device = f"{device} (results recorded by {framework or 'an unnamed framework'} in {case.source.name})"
     record = new_record(kind="dump", case_id=case.case_id, key=case.key, api=case.api, direction=case.direction,
                         order=case.order, location=location, source=str(case.source), seed=case.seed,
-                        device=settings.device.name, golden=settings.golden_label, baseline=settings.baseline_label,
+                        device=device, golden=settings.golden_label, baseline=settings.baseline_label,
                         status=status, message=message)
     record["reason"] = reason
     if result is not None:

@@ -27,6 +27,7 @@ from .accumulation import ACCUMULATION_RULES, AccumulationRule
 from .backends import Backend, auto_backend, load_backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
+from .recorded import RecordedResults, leaf_gradients
 
 
 @dataclass(frozen=True)
@@ -575,6 +576,20 @@ def _autocast_rounding(autocast: torch.dtype | None, outputs: list[tuple[str, An
     return min(floats, key=lambda d: d.itemsize) if floats else None
 
 
+def _golden_outputs(golden_op: ResolvedOp, args, kwargs, dtype: torch.dtype, grad_paths, seed: int,
+                    golden: Backend | None) -> list[tuple[str, Any]]:
+    """The forward outputs with their requires_grad, from a golden forward: where the dump holds the
+    device's results, they say which outputs a gradient flows into."""
+    try:
+        side = _golden_side(golden or Backend("cpu"), dtype, seed)
+        return _forward(golden_op, args, kwargs, side, grad_paths, []).outputs
+    except OpExecutionError as exc:
+        if dtype != torch.float64 or not _mentions_double(exc):
+            raise
+        return _forward(golden_op, args, kwargs, _golden_side(golden or Backend("cpu"), torch.float32, seed),
+                        grad_paths, []).outputs
+
+
 def golden_runs(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any], golden: Backend) -> bool:
     """Whether the golden side runs the op's forward on these inputs without raising."""
     golden_op = op if op.reference is None else replace(op, func=op.reference)
@@ -598,7 +613,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
              backward: bool = False, grad_outputs: Sequence[torch.Tensor | None] | None = None,
              requires_grad: Collection[int | str] = (), seed: int = 0,
              golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None,
-             reference: Callable[..., Any] | None = None) -> RunResult:
+             reference: Callable[..., Any] | None = None, recorded: RecordedResults | None = None) -> RunResult:
     """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
 
     Raise OpExecutionError when the op raises on the device or the golden; a baseline that raises
@@ -608,9 +623,10 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     output gradients when ``grad_outputs`` is None. autocast: run the device side (and the baseline)
     under autocast to this dtype (AMP dumps). reference: what the golden side calls, with the same
     arguments, instead of the op itself (default: ``op.reference``, a registered custom op's
-    reference, else the op).
+    reference, else the op). recorded: the device's results as a dump recorded them; the device
+    side then runs nothing, and the op itself need not exist here when it has a reference.
     """
-    if op.func is None:
+    if op.func is None and (recorded is None or (reference is None and op.reference is None)):
         raise ValueError(f"{op.api_name} cannot run ({op.unsupported}): skip the case instead of calling run_call")
     kwargs = dict(kwargs or {})
     device_backend = load_backend(device)
@@ -621,9 +637,14 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     golden_op = op if reference is None else replace(op, func=reference)
 
     device_side = _Side(f"device ({device_backend.name})", device_backend, autocast=autocast, seed=seed)
-    dev = _forward(op, args, kwargs, device_side, grad_paths, notes)
-    cotangents, error = _cotangents(dev.outputs, grad_outputs, seed, notes) if grad_paths else ({}, None)
-    dev_grads, dev_backward_seconds = _backward(op, dev, cotangents, device_side) if not error else ({}, 0.0)
+    if recorded is None:
+        dev = _forward(op, args, kwargs, device_side, grad_paths, notes)
+        cotangents, error = _cotangents(dev.outputs, grad_outputs, seed, notes) if grad_paths else ({}, None)
+        dev_grads, dev_backward_seconds = _backward(op, dev, cotangents, device_side) if not error else ({}, 0.0)
+    else:
+        dev, dev_grads, dev_backward_seconds = _Forward(list(recorded.outputs), {}, 0.0), {}, 0.0
+        cotangents, error = _cotangents(_golden_outputs(golden_op, args, kwargs, golden_dtype, grad_paths, seed,
+                                                        golden), grad_outputs, seed, notes) if grad_paths else ({}, None)
     if grad_paths and not cotangents and not error:
         notes.append(f"no output of {op.api_name} requires grad; backward skipped")
 
@@ -666,12 +687,16 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
 
+    if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
+        placed = leaf_gradients(recorded.grads, gold.outputs, gold.leaves, notes)
+        dev_grads = {p: placed[p] for p in grad_paths if p in placed}
+        gold_grads = {p: (g if p in dev_grads else None) for p, g in gold_grads.items()}
     grads: list[RunOutput] = []
     if dev_grads or gold_grads:
         for path in grad_paths:
-            if dev_grads.get(path) is None and gold_grads.get(path) is None:
+            if dev_grads.get(path) is None and gold_grads.get(path) is None and recorded is None:
                 notes.append(f"grad.{path} is None: {path} does not reach a differentiated output; omitted")
-        out_numel = sum(t.numel() for n, t in dev.outputs if n in cotangents)
+        out_numel = sum(t.numel() for n, t in gold.outputs if n in cotangents and isinstance(t, torch.Tensor))
         accs = _grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
         grads, grad_error = _pair(device_side, _named_grads(dev_grads), golden_side, _named_grads(gold_grads),
                                   notes, lambda n, t: accs.get(n))

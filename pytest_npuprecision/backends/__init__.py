@@ -1,6 +1,7 @@
 """Backends: the device under test, the golden and the baseline, each chosen by one string.
 
     auto            npu when torch_npu sees one, else cuda when available, else cpu (device under test only)
+    dumped          the dump's recorded outputs and gradients: an offline check, nothing runs (device only)
     cpu, cuda[:N], npu[:N], or any other torch device type (xpu:0, mps)
     module:object   a user's backend: a Backend instance, or a class or function that makes one
     NAME            a backend installed under the ``pytest_npuprecision.backends`` entry-point group
@@ -18,12 +19,14 @@ import torch
 
 from .base import Backend, BackendError, BackendInfo
 from .cuda import CudaBackend
+from .dumped import DUMPED, DumpedOutputs
 from .npu import NpuBackend
 
 ENTRY_POINT_GROUP = "pytest_npuprecision.backends"
 Role = Literal["device", "golden", "baseline"]
 
-__all__ = ["Backend", "BackendError", "BackendInfo", "CudaBackend", "NpuBackend", "ENTRY_POINT_GROUP",
+__all__ = ["Backend", "BackendError", "BackendInfo", "CudaBackend", "NpuBackend", "DumpedOutputs", "DUMPED",
+           "ENTRY_POINT_GROUP",
            "load_backend", "auto_backend"]
 
 
@@ -38,6 +41,10 @@ def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, a
     if isinstance(spec, Backend):
         return spec
     text = str(spec).strip()
+    if text == DUMPED:
+        if role != "device":
+            raise BackendError(f"the {role} cannot be {DUMPED}: only the device under test can come from the dump")
+        return DumpedOutputs()
     if text == "auto":
         if role != "device":
             raise BackendError(f"the {role} cannot be auto: name it (cpu or cuda)")

@@ -1,0 +1,144 @@
+"""What the dump recorded the device computing: a case's outputs, or its inputs' gradients.
+
+The offline check (``--npu-precision-device dumped``) judges these instead of running the op. They
+are read as untrusted as the inputs are: each file is checked against its descriptor (size, dtype,
+shape) and must lie inside the dump's folder. Outputs are named as the runner names them
+(``output.0``, ``output.1.0``). Gradients stay in the dump's order: msprobe records the gradients of
+the autograd node behind the call, whose inputs need not follow the API's arguments (linear's
+AddmmBackward takes bias, input and weight.t()), so ``leaf_gradients`` maps them onto the inputs
+through the golden's own autograd graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .arguments import DescriptorError, DumpDataError, TensorSpec, decode_for, decode_value, load_tensor
+
+
+class NothingRecorded(Exception):
+    """The entry has no recorded result tensors to judge: the message says why and what to dump."""
+
+
+@dataclass(frozen=True)
+class RecordedResults:
+    outputs: tuple[tuple[str, torch.Tensor], ...] = ()  # forward: ("output.0", tensor), in the runner's names
+    grads: tuple[torch.Tensor, ...] = ()  # backward: the recorded gradients, in the dump's order
+
+
+def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
+    """The tensors a case compares, loaded from the dump; raise NothingRecorded where it has none."""
+    entry = case.forward if case.direction == "forward" else case.backward
+    value = entry.get("output") if isinstance(entry, dict) else None
+    decoded = decode_for(case.key, lambda v: decode_value(v, "output"), value, case.source)
+    named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
+    files = [(name, spec) for name, spec in named if spec.data_name is not None]
+    if not files:
+        what = "gradients" if case.direction == "backward" else "outputs"
+        raise NothingRecorded(f"{case.key}: the dump holds no {what} tensor files (a statistics dump, or "
+                              f"data_mode without them), so there is no device result to judge; dump with "
+                              f"task 'tensor' and data_mode 'all' to check it offline")
+    loaded = tuple((name, _as_tensor(load_tensor(data_dir, spec, case.key))) for name, spec in files)
+    if case.direction == "forward":
+        return RecordedResults(outputs=loaded)
+    return RecordedResults(outputs=_forward_outputs(case, data_dir), grads=tuple(t for _, t in loaded))
+
+
+def _forward_outputs(case: Any, data_dir: Path) -> tuple[tuple[str, torch.Tensor], ...]:
+    """A backward case's forward outputs, where recorded: they show a forward that overflowed. Best
+    effort: a forward file that cannot be read is its own forward case's input error."""
+    try:
+        decoded = decode_value(case.forward.get("output"), "output")
+        named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
+        return tuple((name, _as_tensor(load_tensor(data_dir, spec, case.forward_key))) for name, spec in named
+                     if spec.data_name is not None)
+    except (DescriptorError, DumpDataError, AttributeError):  # its forward case reports the same files
+        return ()
+
+
+# Autograd nodes between a call's last node and an input's leaf that only move or copy the gradient.
+_COPIES = frozenset({"CloneBackward0", "ToCopyBackward0"})
+_TRANSPOSES = frozenset({"TBackward0", "TransposeBackward0"})
+_RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
+
+
+def leaf_gradients(recorded: tuple[torch.Tensor, ...], outputs: list, leaves: dict[str, torch.Tensor],
+                   notes: list[str]) -> dict[str, torch.Tensor]:
+    """The input gradients the dump's recorded ones are, by the golden's own autograd graph.
+
+    msprobe records the gradients of the call's last autograd node, one per node input, in the
+    node's order: for a 2-D linear AddmmBackward's (bias, input, weight.t()). Where a node input
+    reaches an input's leaf through copies, a transpose or a reshape, the recorded gradient is that
+    input's, moved back. A node input computed inside the call (cross_entropy's log_softmax) has a
+    gradient no input shares: it is noted and not compared.
+    """
+    node = next((t.grad_fn for _, t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+    if node is None:
+        return {}
+    if len(node.next_functions) != len(recorded):
+        notes.append(f"the dump records {len(recorded)} gradients of the call's last autograd node, this torch's "
+                     f"{node.name()} has {len(node.next_functions)} inputs: the device's graph differs, so its "
+                     f"gradients cannot be placed; not compared")
+        return {}
+    by_leaf = {id(leaf): path for path, leaf in leaves.items()}
+    found: dict[str, torch.Tensor] = {}
+    for index, ((edge, _), grad) in enumerate(zip(node.next_functions, recorded)):
+        if grad is None or edge is None:
+            continue
+        path, move = _leaf_of(edge, by_leaf)
+        if path is None or path in found:
+            notes.append(f"the dump's gradient {index} belongs to an input of {node.name()} computed inside the "
+                         f"call, not to an argument: not compared")
+            continue
+        try:
+            found[path] = move(grad, leaves[path].shape)
+        except RuntimeError as exc:
+            notes.append(f"the dump's gradient {index} ({tuple(grad.shape)}) does not fit {path} "
+                         f"{tuple(leaves[path].shape)}: not compared ({exc})")
+    return found
+
+
+def _leaf_of(edge, by_leaf: dict[int, str]):
+    """(the input path an edge of the graph reaches, how its gradient maps onto that input)."""
+    transposed = reshaped = False
+    for _ in range(8):  # a short chain of copies and moves, or nothing
+        name = edge.name()
+        if name == "torch::autograd::AccumulateGrad":
+            path = by_leaf.get(id(edge.variable))
+            return path, lambda g, shape: _moved(g, shape, transposed, reshaped)
+        if name in _COPIES or name in _TRANSPOSES or name in _RESHAPES:
+            transposed ^= name in _TRANSPOSES
+            reshaped |= name in _RESHAPES
+            nexts = [e for e, _ in edge.next_functions if e is not None]
+            if len(nexts) != 1:
+                return None, None
+            edge = nexts[0]
+            continue
+        return None, None
+    return None, None
+
+
+def _moved(grad: torch.Tensor, shape: torch.Size, transposed: bool, reshaped: bool) -> torch.Tensor:
+    if transposed:
+        grad = grad.reshape(torch.Size([*shape[:-2], shape[-1], shape[-2]])) if reshaped else grad
+        return grad.mT
+    return grad.reshape(shape) if reshaped or grad.shape != shape else grad
+
+
+def _named(values: list, prefix: str) -> list[tuple[str, TensorSpec]]:
+    found = []
+    for i, value in enumerate(values):
+        name = f"{prefix}.{i}"
+        if isinstance(value, TensorSpec):
+            found.append((name, value))
+        elif isinstance(value, (list, tuple)):
+            found.extend(_named(list(value), name))
+    return found
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    return value if isinstance(value, torch.Tensor) else torch.from_numpy(value)
