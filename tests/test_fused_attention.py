@@ -230,7 +230,8 @@ def test_query_blocks_bound_the_score_matrix(monkeypatch):
         tiled_grads = torch.autograd.grad(tiled[0], (q, k, v), cotangent)
     for a, b in zip(tiled[:3] + tiled_grads, untiled[:3] + untiled_grads):
         assert_rel_close(a.detach(), b.detach(), what="tiled")
-    assert watch.largest <= 2 * 96 * 5 + 2 * 96  # one block (a sink column aside), never 2 * 64 * 96
+    # the inputs and their gradients, or one block of scores; never the whole 2 x 64 x 96 matrix
+    assert watch.largest <= max(k.numel(), 2 * 5 * 96)
 
 
 def test_grad_op_is_autograd_of_the_forward():
