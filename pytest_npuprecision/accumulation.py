@@ -122,6 +122,37 @@ class _CrossEntropy:
         return (probabilities + y) * self._scaled(g).unsqueeze(self.class_dim)
 
 
+_SEQUENCE_DIM = {"BSH": 1, "BSND": 1, "SBH": 0, "BNSD": 2}
+
+
+def _longest_sequence(cumulative: Any, tensor: torch.Tensor) -> int:
+    """TND packs sequences along T: the longest one, from cumulative ends (all of T if unreadable)."""
+    ends = cumulative.tolist() if isinstance(cumulative, torch.Tensor) else list(cumulative or [])
+    lengths = [b - a for a, b in zip([0] + ends, ends) if b >= a]
+    return max(lengths, default=tensor.shape[0])
+
+
+def _fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[int, int, int]:
+    """(query length, key length, head dim) of a fusion attention call in any input_layout.
+
+    head_num and input_layout follow each other: at 3 and 4 in the forward, at 4 and 5 in the grad op
+    (dy is at 3).
+    """
+    query, key = _arg(args, kwargs, 0, "query"), _arg(args, kwargs, 1, "key")
+    head_num = int(_arg(args, kwargs, head_num_index, "head_num"))
+    layout = _arg(args, kwargs, head_num_index + 1, "input_layout")
+    if layout == "TND":
+        return (_longest_sequence(kwargs.get("actual_seq_qlen"), query),
+                _longest_sequence(kwargs.get("actual_seq_kvlen"), key), query.shape[-1])
+    head_dim = query.shape[-1] // head_num if layout in ("BSH", "SBH") else query.shape[-1]
+    return query.shape[_SEQUENCE_DIM[layout]], key.shape[_SEQUENCE_DIM[layout]], head_dim
+
+
+def _grouped_matmul_length(args, kwargs) -> int:  # K of the first x; k-axis groups sum over a part of it
+    x = _arg(args, kwargs, 0, "x")
+    return (x if isinstance(x, torch.Tensor) else x[0]).shape[-1]
+
+
 @dataclass(frozen=True)
 class AccumulationRule:
     """How one op accumulates. ``length`` reads the op's own (golden-side) arguments."""
@@ -204,4 +235,24 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
                                       + _arg(a, k, 0, "query").shape[-1])),
     # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
     "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
+    # torch_npu's fused ops (pytest_npuprecision.fused), named as after "NPU." in msprobe dumps.
+    "npu_add_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 2, "gamma").numel()),
+    "npu_layer_norm_eval": _NORMALIZED,
+    "npu_group_norm_silu": AccumulationRule(
+        lambda a, k: _input(a, k).numel() // max(_input(a, k).shape[0] * int(_arg(a, k, 3, "group")), 1)),
+    "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: _arg(a, k, 0, "x").shape[-1]),
+    "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: _arg(a, k, 0, "x").shape[-1]),
+    "npu_linear": AccumulationRule(lambda a, k: _arg(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
+    "npu_bmmV2": _MATMUL,
+    # Each group is a matmul over K (or over its share of K when K is grouped).
+    "npu_grouped_matmul": AccumulationRule(_grouped_matmul_length),
+    "npu_gmm": AccumulationRule(_grouped_matmul_length),
+    "npu_gmm_v2": AccumulationRule(_grouped_matmul_length),
+    # As scaled_dot_product_attention: scores over D, weighted values over the keys (the longest
+    # sequence for TND); backward also over the queries. The grad op's outputs are that backward.
+    "npu_fusion_attention": AccumulationRule(
+        lambda a, k: sum(_fusion_attention_lengths(a, k)[1:]), roundings=1,
+        backward_length=lambda a, k: sum(_fusion_attention_lengths(a, k))),
+    "npu_fusion_attention_grad": AccumulationRule(lambda a, k: sum(_fusion_attention_lengths(a, k, head_num_index=4)),
+                                                  roundings=1),
 }

@@ -1,0 +1,26 @@
+"""Pure-torch references for torch_npu's fused ops, keyed by the name after "NPU." in msprobe dumps.
+
+Each reference is called exactly as the torch_npu op, runs on any device and dtype, computes in
+float32 for half inputs and in the input's dtype otherwise (so a float64 call is a float64 golden),
+and is differentiable through autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import activations, attention, grouped_matmul, matmul, misc, norms, rotary
+from .record import FusedOp, RandomFusedCall
+
+FUSED_OPS: Mapping[str, FusedOp] = {
+    op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc)
+    for op in module.OPS
+}
+
+
+def fused_op(name: str) -> FusedOp | None:
+    """The reference for ``name`` ("npu_rms_norm"), or None when there is none."""
+    return FUSED_OPS.get(name)
+
+
+__all__ = ["FUSED_OPS", "FusedOp", "RandomFusedCall", "fused_op"]

@@ -1,0 +1,86 @@
+"""Normalisations: RMSNorm (alone and after a residual add), eval-mode LayerNorm, GroupNorm + SiLU."""
+
+from __future__ import annotations
+
+import torch
+
+from .opmath import opmath_dtype, statistic_dtype, widened
+from .record import FusedOp
+
+
+def _rms_normalised(x: torch.Tensor, gamma: torch.Tensor, epsilon: float):
+    """(x / rms(x) * gamma, rstd) with the mean over gamma's trailing dims; rstd keeps them as 1."""
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = torch.rsqrt(x.square().mean(dims, keepdim=True) + float(epsilon))
+    return x * rstd * gamma, rstd
+
+
+def npu_rms_norm(self, gamma, epsilon=1e-06):
+    """torch_npu.npu_rms_norm(self, gamma, epsilon=1e-06) -> (y, rstd)
+
+    y = self / sqrt(mean(self^2) + epsilon) * gamma, the mean over the trailing dims gamma covers;
+    y in self's dtype, rstd float32 (float64 in a float64 golden) shaped like self with those dims 1.
+    """
+    dtype = opmath_dtype(self.dtype)
+    y, rstd = _rms_normalised(self.to(dtype), gamma.to(dtype), epsilon)
+    return y.to(self.dtype), rstd.to(statistic_dtype(dtype))
+
+
+def npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06):
+    """torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06) -> (y, rstd, x)
+
+    x = x1 + x2, y = rms_norm(x) * gamma. The docs do not say whether the norm reads the sum before
+    or after it is rounded to x1's dtype; a fair kernel keeps it in float32, so the norm reads the
+    unrounded sum. y and x in x1's dtype, rstd float32 (float64 in a float64 golden).
+    """
+    dtype = opmath_dtype(x1.dtype)
+    x = x1.to(dtype) + x2.to(dtype)
+    y, rstd = _rms_normalised(x, gamma.to(dtype), epsilon)
+    return y.to(x1.dtype), rstd.to(statistic_dtype(dtype)), x.to(x1.dtype)
+
+
+def npu_layer_norm_eval(input, normalized_shape, weight=None, bias=None, eps=1e-05):
+    """torch_npu.npu_layer_norm_eval(input, normalized_shape, weight=None, bias=None, eps=1e-05) -> Tensor
+
+    LayerNorm with the population variance; weight and bias apply (msprobe's reference drops them).
+    """
+    dtype = opmath_dtype(input.dtype)
+    shape = [int(n) for n in normalized_shape]
+    y = torch.nn.functional.layer_norm(input.to(dtype), shape, widened(weight, dtype), widened(bias, dtype),
+                                       float(eps))
+    return y.to(input.dtype)
+
+
+def npu_group_norm_silu(input, weight, bias, group, eps=0.00001):
+    """torch_npu.npu_group_norm_silu(input, weight, bias, group, eps=0.00001) -> (out, mean, rstd)
+
+    out = silu(group_norm(input) * weight + bias) over channels (dim 1) split into `group` groups;
+    mean and rstd are [N, group], all three in input's dtype. weight and bias may be None.
+    """
+    dtype = opmath_dtype(input.dtype)
+    x = input.to(dtype)
+    batch, channels, group = x.shape[0], x.shape[1], int(group)
+    grouped = x.reshape(batch, group, -1)
+    mean = grouped.mean(-1, keepdim=True)
+    rstd = torch.rsqrt((grouped - mean).square().mean(-1, keepdim=True) + float(eps))
+    y = ((grouped - mean) * rstd).reshape(x.shape)
+    per_channel = (1, channels) + (1,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * weight.to(dtype).reshape(per_channel)
+    if bias is not None:
+        y = y + bias.to(dtype).reshape(per_channel)
+    out = y * torch.sigmoid(y)
+    return out.to(input.dtype), mean.reshape(batch, group).to(input.dtype), rstd.reshape(batch, group).to(input.dtype)
+
+
+OPS = (
+    FusedOp("npu_rms_norm", npu_rms_norm, "npu_rms_norm(self, gamma, epsilon=1e-06)",
+            "y, rstd (float32, self's shape with the normalised dims 1)"),
+    FusedOp("npu_add_rms_norm", npu_add_rms_norm, "npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06)",
+            "y, rstd (float32), x = x1 + x2",
+            "the docs leave open whether the norm reads the rounded sum: the reference reads the unrounded one"),
+    FusedOp("npu_layer_norm_eval", npu_layer_norm_eval,
+            "npu_layer_norm_eval(input, normalized_shape, weight=None, bias=None, eps=1e-05)", "y"),
+    FusedOp("npu_group_norm_silu", npu_group_norm_silu, "npu_group_norm_silu(input, weight, bias, group, eps=0.00001)",
+            "out, mean [N, group], rstd [N, group] (all in input's dtype)"),
+)
