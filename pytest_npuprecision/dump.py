@@ -357,6 +357,7 @@ _RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
     "scaled_dot_product_attention": (_Switch(("dropout_p",), 4, 0.0, 0),),
     "multi_head_attention_forward": (_Switch(("dropout_p",), 10, None, 0), _Switch(("training",), 13, True, False)),
     "npu_fusion_attention": (_Switch(("keep_prob",), 9, 1.0, 1),),
+    "npu_fusion_attention_grad": (_Switch(("keep_prob",), 1 << 30, 1.0, 1),),  # keyword only
     "npu_dropout_with_add_softmax": (_Switch(("prob",), 3, None, 0),),
 }
 _ALWAYS_RANDOM = frozenset({

@@ -6,6 +6,7 @@ which the plugin turns into a skip for that one case. Each name resolves once pe
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -149,6 +150,27 @@ def resolve(api_name: str) -> ResolvedOp:
     return found
 
 
+def _npu(api_name: str, name: str) -> ResolvedOp:
+    """A torch_npu op: its golden is the float64 reference of fused/, whether torch_npu imports or
+    not (torch_npu has no CPU or float64 kernels for its fused ops). Without torch_npu it cannot run
+    live, yet an offline check (the dumped device) still judges it against the reference."""
+    from .fused import fused_op  # lazy: only dumps with NPU ops need the references
+
+    fused = fused_op(name)
+    reference = None if fused is None else fused.reference
+    module, problem = _torch_npu()
+    if module is None:
+        found = _unsupported(api_name, f"torch_npu is not installed or does not import ({problem})"
+                                       + ("; check its recorded results offline with --npu-precision-device dumped"
+                                          if reference is not None else ""))
+        return found if reference is None else dataclasses.replace(found, reference=reference)
+    func, why = allowlist.npu_operator(module, name)
+    if func is None or not callable(func):
+        found = _unsupported(api_name, f"not a known operator: {why or f'no such op {name!r} in torch_npu'}")
+        return found if reference is None else dataclasses.replace(found, reference=reference)
+    return ResolvedOp(api_name=api_name, func=func, inplace=_is_inplace(api_name), reference=reference)
+
+
 def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
     if not name:
         return _unsupported(api_name, "expected '<Prefix>.<name>' such as 'Functional.gelu'")
@@ -165,10 +187,7 @@ def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
     elif prefix == "Aten":
         found, why = allowlist.aten_operator(name)
     elif prefix == "NPU":
-        module, problem = _torch_npu()
-        if module is None:
-            return _unsupported(api_name, f"torch_npu is not installed or does not import ({problem})")
-        found, why = allowlist.npu_operator(module, name)
+        return _npu(api_name, name)
     else:
         return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten, NPU or Custom")
 

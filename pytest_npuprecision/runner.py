@@ -576,6 +576,12 @@ def _autocast_rounding(autocast: torch.dtype | None, outputs: list[tuple[str, An
     return min(floats, key=lambda d: d.itemsize) if floats else None
 
 
+def _baseline_op(op: ResolvedOp, golden_op: ResolvedOp) -> ResolvedOp:
+    """A torch_npu op's peer on a GPU or CPU is its reference in the case's dtype: the NPU-versus-GPU
+    ratio msprobe cannot give. Every other op's baseline runs the op itself."""
+    return golden_op if op.prefix == "NPU" and op.reference is not None else op
+
+
 def _golden_outputs(golden_op: ResolvedOp, args, kwargs, dtype: torch.dtype, grad_paths, seed: int,
                     golden: Backend | None) -> list[tuple[str, Any]]:
     """The forward outputs with their requires_grad, from a golden forward: where the dump holds the
@@ -668,8 +674,8 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     if baseline is not None:
         base_side = _Side(f"baseline ({baseline.name})", baseline, autocast=autocast, seed=seed)
         try:
-            base, base_grads, baseline_seconds, base_notes = _run_side(op, args, kwargs, base_side, grad_paths,
-                                                                       cotangents)
+            base, base_grads, baseline_seconds, base_notes = _run_side(_baseline_op(op, golden_op), args, kwargs,
+                                                                       base_side, grad_paths, cotangents)
             notes.extend(base_notes)
         except OpExecutionError as exc:
             notes.append(f"{exc}; judged without a baseline")
