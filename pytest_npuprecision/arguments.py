@@ -13,9 +13,11 @@ Tensor files are untrusted input: only plain files inside ``dump_tensor_data/`` 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pickle
+import stat
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -487,12 +489,14 @@ def load_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor | np
     suffix = path.suffix.lower()
     if suffix not in _LOADABLE_SUFFIXES:
         raise fail(f"has suffix {suffix!r}; only .pt and .npy tensor files are loaded")
-    if not path.exists():
-        raise fail("does not exist; copy the dump_tensor_data/ folder along with dump.json")
-    if not path.is_file():  # a folder, a FIFO (which would block the read), a device
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise fail("does not exist; copy the dump_tensor_data/ folder along with dump.json") from None
+    if not stat.S_ISREG(status.st_mode):  # a folder, a FIFO (which would block the read), a device
         raise fail("is not a regular file; re-dump this API")
     declared = spec.numel * spec.dtype.itemsize
-    size = path.stat().st_size
+    size = status.st_size
     if size > 2 * declared + _FILE_OVERHEAD:
         # Checked before loading: a small view saved with a huge storage would be read whole.
         raise fail(f"is {size} bytes, far more than the {_describe(spec.dtype, spec.shape)} tensor that dump.json "
@@ -520,11 +524,20 @@ def _inside(root: Path, name: str) -> Path | None:
     if not name or "\0" in name or PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() \
             or PureWindowsPath(name).drive:
         return None
+    if "/" not in name and "\\" not in name and name not in (".", "..") and _plain_folder(str(root)) \
+            and not os.path.islink(os.path.join(root, name)):
+        return root / name  # msprobe's names: a plain file, no link, in a folder that is no link
     # The folder itself is not resolved: a dump_tensor_data that is a link out of the dump leads nowhere.
     real_root = Path(os.path.realpath(root.parent)) / root.name
     # realpath follows symlinks, so a link that points out of the folder is caught here too.
     real = Path(os.path.realpath(root / name))
     return real if real != real_root and real.is_relative_to(real_root) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_folder(root: str) -> bool:
+    """The folder exists and is not itself a link (checked once per folder, not per file)."""
+    return os.path.isdir(root) and not os.path.islink(root)
 
 
 def _read_pt(path: Path, fail) -> Any:

@@ -92,6 +92,11 @@ def judge(
     status = Status.worst(c.status for c in checks)
     if checks[0].metric == "nonfinite_mismatch" and checks[0].status in (Status.ERROR, Status.OVERFLOW):
         worst_field = "nonfinite"
+    elif metrics.range_overflow and status is not Status.ERROR:
+        # The result itself left the dtype's range, fairly: not an error, but what overflow hunters look for.
+        status, worst_field = Status.OVERFLOW, "range_overflow"
+        overflowed = (f"{metrics.range_overflow} element(s) overflowed {str(target).removeprefix('torch.')} "
+                      f"fairly: the exact result is past its largest value")
     all_notes = tuple(notes) + _notes(actual, golden, metrics, base_metrics) + tuple(forgiven)
     if status is Status.OVERFLOW:
         all_notes += (overflowed,)

@@ -59,6 +59,7 @@ class WorstIndices:
     rel: int = -1
     ulp: int = -1
     bound: int = -1
+    range_overflow: int = -1  # first element that is inf because the exact result is past the dtype's max
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class Metrics:
     golden_rms: float
     worst: WorstIndices
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
-    overflow: int = 0  # elements that are +-inf on the device where the golden is finite, of the same sign
+    overflow: int = 0  # +-inf on the device where the golden, rounded to the dtype, is finite: downstream of one
+    range_overflow: int = 0  # +-inf on the device where the exact result is finite but past the dtype's max
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -178,10 +180,10 @@ _SUMS = (
     "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
-    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound", "overflow",
+    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound", "overflow", "range_overflow",
 )
 _MAXIMA = ("abs", "rel", "ulp", "bound")
-_FIRSTS = ("nonfinite", "binary")
+_FIRSTS = ("nonfinite", "binary", "range_overflow")
 
 
 class _Totals:
@@ -235,9 +237,10 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
         inf_a, inf_g = torch.isinf(a), torch.isinf(g_round)
         same = (a == g_round) | (nan_a & nan_g)
-        if fmt is not None:
-            # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
-            same |= inf_a & (torch.sign(a) == torch.sign(g)) & (g.abs() >= fmt.max)
+        # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
+        past_max = inf_a & (torch.sign(a) == torch.sign(g)) & torch.isfinite(g) & (
+            g.abs() >= (fmt.max if fmt is not None else math.inf))
+        same |= past_max
         nonfinite_mismatch = ~both & ~same
         overflow = nonfinite_mismatch & inf_a & fin_g & (torch.sign(a) == torch.sign(g))
         diff = torch.where(both, a - g, 0)
@@ -281,7 +284,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
         count((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
-        count(bound_ratio > 1), zero if all_finite else count(overflow),
+        count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
     )])
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -290,6 +293,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
     firsts = torch.stack([
         no_mismatch if nonfinite_mismatch is None else _first_true(nonfinite_mismatch, offset),
         _first_true(~same, offset),
+        no_mismatch if nonfinite_mismatch is None else _first_true(past_max, offset),
     ])
     return sums, max_values, max_indices, firsts
 
@@ -309,6 +313,7 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
     worst = WorstIndices(
         nonfinite=-1 if fs["nonfinite"] == _NONE else int(fs["nonfinite"]),
         binary=-1 if fs["binary"] == _NONE else int(fs["binary"]),
+        range_overflow=-1 if fs["range_overflow"] == _NONE else int(fs["range_overflow"]),
         **{k: (int(ix[k]) if finite and mx[k] > 0 else -1) for k in _MAXIMA},
     )
     norm_a, norm_g = math.sqrt(s["norm_a"]), math.sqrt(s["norm_g"])
@@ -351,6 +356,7 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         worst=worst,
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
         overflow=int(s["overflow"]),
+        range_overflow=int(s["range_overflow"]),
     )
 
 

@@ -27,7 +27,12 @@ class NothingRecorded(Exception):
 @dataclass(frozen=True)
 class RecordedResults:
     outputs: tuple[tuple[str, torch.Tensor], ...] = ()  # forward: ("output.0", tensor), in the runner's names
-    grads: tuple[torch.Tensor, ...] = ()  # backward: the recorded gradients, in the dump's order
+    grads: tuple[torch.Tensor | None, ...] = ()  # backward: the recorded gradients in the dump's order, None for null
+    output_dtypes: tuple[torch.dtype, ...] = ()  # the forward's output dtypes, from its descriptors
+
+    def __post_init__(self) -> None:
+        if not self.output_dtypes:
+            object.__setattr__(self, "output_dtypes", tuple(t.dtype for _, t in self.outputs))
 
 
 def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
@@ -45,7 +50,22 @@ def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
     loaded = tuple((name, _as_tensor(load_tensor(data_dir, spec, case.key))) for name, spec in files)
     if case.direction == "forward":
         return RecordedResults(outputs=loaded)
-    return RecordedResults(outputs=_forward_outputs(case, data_dir), grads=tuple(t for _, t in loaded))
+    by_position = dict(loaded)  # top-level positions keep their place: a null gradient is a gap, not nothing
+    count = len(decoded) if isinstance(decoded, list) else 1
+    grads = tuple(by_position.get(f"output.{i}") for i in range(count))
+    # The forward's outputs only tell whether an inf in a gradient came from a forward overflow.
+    finite = all(bool(torch.isfinite(g).all()) for g in grads if g is not None and g.is_floating_point())
+    return RecordedResults(outputs=() if finite else _forward_outputs(case, data_dir), grads=grads,
+                           output_dtypes=_forward_dtypes(case))
+
+
+def _forward_dtypes(case: Any) -> tuple[torch.dtype, ...]:
+    """The dtypes of a backward case's forward outputs, from their descriptors (no file is read)."""
+    try:
+        decoded = decode_value(case.forward.get("output"), "output")
+    except (DescriptorError, AttributeError):
+        return ()
+    return tuple(spec.dtype for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
 
 
 def _forward_outputs(case: Any, data_dir: Path) -> tuple[tuple[str, torch.Tensor], ...]:
@@ -58,6 +78,22 @@ def _forward_outputs(case: Any, data_dir: Path) -> tuple[tuple[str, torch.Tensor
                      if spec.data_name is not None)
     except (DescriptorError, DumpDataError, AttributeError):  # its forward case reports the same files
         return ()
+
+
+def positional_gradients(recorded: tuple[torch.Tensor, ...], inputs: dict[str, torch.Tensor],
+                         notes: list[str]) -> dict[str, torch.Tensor]:
+    """A torch_npu op is one autograd node whose inputs are its tensor arguments in order: the dump's
+    i-th gradient is the i-th tensor argument's, where the shapes agree."""
+    found: dict[str, torch.Tensor] = {}
+    for index, ((path, tensor), grad) in enumerate(zip(inputs.items(), recorded)):
+        if grad is None:
+            continue
+        if grad.shape != tensor.shape:
+            notes.append(f"the dump's gradient {index} has shape {tuple(grad.shape)}, its tensor argument {path} "
+                         f"{tuple(tensor.shape)}: not compared")
+            continue
+        found[path] = grad
+    return found
 
 
 # Autograd nodes between a call's last node and an input's leaf that only move or copy the gradient.

@@ -322,7 +322,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
 def _overflow_text(record: dict) -> str:
     output = next(o for o in record["outputs"] if o["status"] == "overflow")
     m = output["metrics"]
-    return f"{output['name']}: {m['overflow']} / {m['numel']} elements inf where the exact {output['dtype']} result is finite"
+    count = m["overflow"] + m.get("range_overflow", 0)
+    where = "past the dtype's largest value" if m.get("range_overflow") else "finite in the dtype"
+    return f"{output['name']}: {count} / {m['numel']} elements inf where the exact {output['dtype']} result is {where}"
 
 
 def _known(record: dict) -> str:

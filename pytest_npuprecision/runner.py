@@ -27,7 +27,7 @@ from .accumulation import ACCUMULATION_RULES, AccumulationRule
 from .backends import Backend, auto_backend, load_backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
-from .recorded import RecordedResults, leaf_gradients
+from .recorded import RecordedResults, leaf_gradients, positional_gradients
 
 
 @dataclass(frozen=True)
@@ -298,6 +298,10 @@ def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Ten
                 dtype = torch.complex128 if t.is_complex() else torch.float64
                 cotangents[name] = torch.randn(t.shape, generator=generator, dtype=dtype).to(t.dtype)
         return cotangents, None
+    if len(grad_outputs) == len(outputs) > len(tensors) and all(
+            g is None for (_, o), g in zip(outputs, grad_outputs) if not isinstance(o, torch.Tensor)):
+        # One entry per output, null for the ints (msprobe's backward input for seed, offset, numels).
+        grad_outputs = [g for (_, o), g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor)]
     if len(grad_outputs) > len(tensors):
         return {}, (f"grad_outputs has {len(grad_outputs)} entries but the op returned {len(tensors)} "
                     f"tensor outputs: pass one gradient (or None) per tensor output")
@@ -540,8 +544,12 @@ def _grad_paths(args, kwargs, backward: bool, requires_grad: Collection[int | st
 
 
 def _run_side(op, args, kwargs, side: _Side, grad_paths, cotangents) -> tuple[_Forward, dict, float, list[str]]:
+    """Forward, then backward with ``cotangents``: the output gradients by output name, or a function
+    of this side's forward outputs that gives them."""
     notes: list[str] = []
     forward = _forward(op, args, kwargs, side, grad_paths, notes)
+    if callable(cotangents):
+        cotangents = cotangents(forward.outputs)
     grads, seconds = _backward(op, forward, cotangents, side) if grad_paths else ({}, 0.0)
     return forward, grads, forward.seconds + seconds, notes
 
@@ -567,12 +575,12 @@ def _autocast_precision(grads: list[RunOutput], rounds_to: torch.dtype | None, n
     return judged
 
 
-def _autocast_rounding(autocast: torch.dtype | None, outputs: list[tuple[str, Any]]) -> torch.dtype | None:
+def _autocast_rounding(autocast: torch.dtype | None, output_dtypes: Sequence[torch.dtype]) -> torch.dtype | None:
     """What autocast rounded the call's inputs to: its output's dtype. A bfloat16 op (linear) casts
     every input to bfloat16 first; a float32 op (cross_entropy) raises them, which rounds nothing."""
     if autocast is None:
         return None
-    floats = [t.dtype for _, t in outputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    floats = [d for d in output_dtypes if d.is_floating_point]
     return min(floats, key=lambda d: d.itemsize) if floats else None
 
 
@@ -580,20 +588,6 @@ def _baseline_op(op: ResolvedOp, golden_op: ResolvedOp) -> ResolvedOp:
     """A torch_npu op's peer on a GPU or CPU is its reference in the case's dtype: the NPU-versus-GPU
     ratio msprobe cannot give. Every other op's baseline runs the op itself."""
     return golden_op if op.prefix == "NPU" and op.reference is not None else op
-
-
-def _golden_outputs(golden_op: ResolvedOp, args, kwargs, dtype: torch.dtype, grad_paths, seed: int,
-                    golden: Backend | None) -> list[tuple[str, Any]]:
-    """The forward outputs with their requires_grad, from a golden forward: where the dump holds the
-    device's results, they say which outputs a gradient flows into."""
-    try:
-        side = _golden_side(golden or Backend("cpu"), dtype, seed)
-        return _forward(golden_op, args, kwargs, side, grad_paths, []).outputs
-    except OpExecutionError as exc:
-        if dtype != torch.float64 or not _mentions_double(exc):
-            raise
-        return _forward(golden_op, args, kwargs, _golden_side(golden or Backend("cpu"), torch.float32, seed),
-                        grad_paths, []).outputs
 
 
 def golden_runs(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any], golden: Backend) -> bool:
@@ -649,23 +643,31 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         dev_grads, dev_backward_seconds = _backward(op, dev, cotangents, device_side) if not error else ({}, 0.0)
     else:
         dev, dev_grads, dev_backward_seconds = _Forward(list(recorded.outputs), {}, 0.0), {}, 0.0
-        cotangents, error = _cotangents(_golden_outputs(golden_op, args, kwargs, golden_dtype, grad_paths, seed,
-                                                        golden), grad_outputs, seed, notes) if grad_paths else ({}, None)
-    if grad_paths and not cotangents and not error:
-        notes.append(f"no output of {op.api_name} requires grad; backward skipped")
+        cotangents, error = {}, None
 
-    golden_side = _golden_side(golden_backend, golden_dtype, seed, _autocast_rounding(autocast, dev.outputs))
+    def golden_cotangents(outputs: list[tuple[str, Any]]) -> dict:
+        """Offline no device output says which outputs a gradient flows into: the golden's forward does."""
+        nonlocal cotangents, error
+        cotangents, error = _cotangents(outputs, grad_outputs, seed, notes)
+        return cotangents
+
+    offline_grads = recorded is not None and bool(grad_paths)
+    output_dtypes = recorded.output_dtypes if recorded is not None else [t.dtype for _, t in dev.outputs
+                                                                          if isinstance(t, torch.Tensor)]
+    golden_side = _golden_side(golden_backend, golden_dtype, seed, _autocast_rounding(autocast, output_dtypes))
     try:
-        gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
-                                                                   grad_paths, cotangents)
+        gold, gold_grads, golden_seconds, golden_notes = _run_side(
+            golden_op, args, kwargs, golden_side, grad_paths, golden_cotangents if offline_grads else cotangents)
     except OpExecutionError as exc:
         if golden_dtype != torch.float64 or not _mentions_double(exc):
             raise
         golden_side = _golden_side(golden_backend, torch.float32, seed, golden_side.rounds_to)
-        gold, gold_grads, golden_seconds, golden_notes = _run_side(golden_op, args, kwargs, golden_side,
-                                                                   grad_paths, cotangents)
+        gold, gold_grads, golden_seconds, golden_notes = _run_side(
+            golden_op, args, kwargs, golden_side, grad_paths, golden_cotangents if offline_grads else cotangents)
         notes.append(f"golden computed in float32: no float64 kernel for {op.api_name} "
                      f"({type(exc.__cause__).__name__}: {exc.__cause__})")
+    if grad_paths and not cotangents and not error:
+        notes.append(f"no output of {op.api_name} requires grad; backward skipped")
     notes.extend(golden_notes)
 
     base_side = base = None
@@ -687,14 +689,20 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
             forward_acc.append(_forward_accumulation(golden_op, args, kwargs, golden_side, notes))
         return forward_acc[0]
 
-    outputs, forward_error = _pair(device_side, dict(dev.outputs), golden_side, dict(gold.outputs), notes,
-                                   accumulation)
+    expected = dict(gold.outputs)
+    if recorded is not None:  # the dump keeps tensor files only: a golden result it lacks is not compared
+        for name in [n for n in expected if n not in dict(dev.outputs)]:
+            if not backward:  # a backward case reads its forward's outputs only to find an overflow
+                notes.append(f"{name} is not among the dump's recorded tensors; not compared")
+            del expected[name]
+    outputs, forward_error = _pair(device_side, dict(dev.outputs), golden_side, expected, notes, accumulation)
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
-        placed = leaf_gradients(recorded.grads, gold.outputs, gold.leaves, notes)
+        placed = positional_gradients(recorded.grads, _tensor_paths(args, kwargs), notes) if op.prefix == "NPU" \
+            else leaf_gradients(recorded.grads, gold.outputs, gold.leaves, notes)
         dev_grads = {p: placed[p] for p in grad_paths if p in placed}
         gold_grads = {p: (g if p in dev_grads else None) for p, g in gold_grads.items()}
     grads: list[RunOutput] = []

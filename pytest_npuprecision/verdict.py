@@ -163,9 +163,10 @@ def overflow_line(verdict: Verdict) -> str:
     m, w = verdict.metrics, verdict.worst
     where = "" if w is None else (f"; first at [{', '.join(map(str, w.index)) or 'scalar'}]: device "
                                   f"{_value(w.actual)}, golden {_value(w.golden)}")
-    return (f"  overflow: {m.overflow} / {m.numel} elements are inf on the device where the exact result is "
-            f"finite; {verdict.dtype} holds at most {_number(_dtype_max(verdict.dtype))}{where}. An intermediate "
-            f"of this op leaves {verdict.dtype}'s range with these inputs: the dtype's limit, not a precision "
+    what = "The result" if m.range_overflow else "An intermediate of this op"
+    return (f"  overflow: {m.overflow + m.range_overflow} / {m.numel} elements are inf on the device where the "
+            f"exact result is finite; {verdict.dtype} holds at most {_number(_dtype_max(verdict.dtype))}{where}. "
+            f"{what} leaves {verdict.dtype}'s range with these inputs: the dtype's limit, not a precision "
             f"error of the kernel")
 
 

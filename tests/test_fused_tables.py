@@ -36,3 +36,22 @@ def test_fusion_attention_lengths_read_every_layout():
 def test_grouped_matmul_sums_over_k():
     assert ACCUMULATION_RULES["npu_grouped_matmul"].length(([torch.zeros(5, 7)], [torch.zeros(3, 7, 2)]), {}) == 7
     assert ACCUMULATION_RULES["npu_gmm"].length((torch.zeros(5, 7), torch.zeros(3, 7, 2)), {}) == 7
+
+
+def test_the_readme_table_lists_every_reference_with_its_standard_and_gaps():
+    """The README's "Ascend fused ops" table is the reference list: one row per op, its standard as the
+    tables judge it, and what it does not support."""
+    from pathlib import Path
+
+    from pytest_npuprecision.rules import Rules, parse_op_name
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Ascend fused ops", 1)[1].split("\n### ", 1)[0]
+    rows = {cells[0].strip("` "): [c.strip() for c in cells[1:]] for cells in (
+        line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| `npu_"))}
+    assert rows.keys() == FUSED_OPS.keys()
+    rules = Rules.default()
+    for name, (outputs, standard, unsupported) in rows.items():
+        op = FUSED_OPS[name]
+        assert outputs == op.outputs and unsupported == (op.unsupported or "—"), name
+        assert standard == rules.op_rule(parse_op_name(f"NPU.{name}")).standard, name

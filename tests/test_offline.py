@@ -13,6 +13,9 @@ import torch
 from fixtures import dump_params, fixture_dump
 
 TENSOR_DUMPS = dump_params("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
+REAL_MODELS = Path(__file__).resolve().parent / "data" / "real-models"  # autocast, casts, an AdamW step, overflow
+CPU_RECORDED = [*TENSOR_DUMPS, *(pytest.param(REAL_MODELS / name, id=name) for name in (
+    "cnn_bn_1x1", "llama_block_bf16", "bert_autocast_bf16", "adamw_step", "fp16_overflow_mlp"))]
 
 
 def run(pytester, dump: Path, device: str, *extra: str) -> dict[str, dict]:
@@ -22,10 +25,11 @@ def run(pytester, dump: Path, device: str, *extra: str) -> dict[str, dict]:
     return {r["case_id"]: r for r in map(json.loads, (report / "cases.jsonl").read_text().splitlines())}
 
 
-@pytest.mark.parametrize("dump", TENSOR_DUMPS)
+@pytest.mark.parametrize("dump", CPU_RECORDED)
 def test_offline_verdicts_equal_cpu_verdicts_on_cpu_recorded_dumps(pytester, dump):
-    live = run(pytester, fixture_dump(dump), "cpu")
-    offline = run(pytester, fixture_dump(dump), "dumped")
+    path = dump if isinstance(dump, Path) else fixture_dump(dump)
+    live = run(pytester, path, "cpu")
+    offline = run(pytester, path, "dumped")
     assert live.keys() == offline.keys()
     judged = 0
     for case_id, record in offline.items():

@@ -17,7 +17,7 @@ from pytest_npuprecision.dump import load_dump
 from pytest_npuprecision.judge import judge
 from pytest_npuprecision.ops import resolve
 from pytest_npuprecision.runner import run_call
-from pytest_npuprecision.verdict import Status
+from pytest_npuprecision.verdict import Status, render_message
 
 
 class DumpWriter:
@@ -219,12 +219,12 @@ def _exp_overflow_dump(tmp_path) -> Path:
 
 def test_an_overflow_downstream_of_a_fair_one_is_an_overflow_not_an_error(tmp_path):
     found = results(load_dump(_exp_overflow_dump(tmp_path) / "step0" / "rank0" / "dump.json"))
-    assert found["Torch.exp.0.forward"].status is Status.PASS  # inf where the exact result is past 65504
+    forward = found["Torch.exp.0.forward"]  # inf where the exact result is past 65504: the dtype's limit
+    assert forward.status is Status.OVERFLOW
+    assert "The result leaves float16's range" in render_message(forward.outputs[0].verdict)
     backward = found["Torch.exp.0.backward"]
     assert backward.status is Status.OVERFLOW
-    message = backward.outputs[0].verdict
-    from pytest_npuprecision.verdict import render_message
-    text = render_message(message)
+    text = render_message(backward.outputs[0].verdict)
     assert "float16 holds at most 65504" in text and "first at [1]: device inf, golden 32" in text
 
 
@@ -238,9 +238,10 @@ def test_an_inf_without_an_upstream_overflow_is_an_error():
 def test_overflow_cases_are_counted_apart_and_selectable(pytester, tmp_path):
     dump = _exp_overflow_dump(tmp_path)
     result = pytester.runpytest("--npu-precision", str(dump), "--npu-precision-device", "cpu", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=0)
+    result.stdout.fnmatch_lines(["*overflow: step0/rank0::Torch.exp.0.forward: output.0: 1 / 4 elements inf*past*"])
     result.stdout.fnmatch_lines(["*overflow: step0/rank0::Torch.exp.0.backward: grad.input_args[[]0]: 1 / 4 elements inf*",
-                                 "*1 passed, 1 overflow*"])
+                                 "*2 overflow*"])
     assert result.ret == 0
     # Both cases recorded an inf (exp's output, and its gradient): the marker comes from the dump's statistics.
     selected = pytester.runpytest("--npu-precision", str(dump), "--npu-precision-device", "cpu", "-m",

@@ -18,7 +18,8 @@ FAULTY = "import torch\nfrom faulty_backend import Fault, FaultyBackend\nbackend
 def dumps(pytester) -> Path:
     """A copy of the example dumps and of the same MLP dump under another name: four dumps, one layout."""
     target = pytester.path / "dumps"
-    shutil.copytree(EXAMPLES, target)
+    for name in ("mlp_tensor", "mlp_statistics", "attention_bf16_tensor"):
+        shutil.copytree(EXAMPLES / name, target / name)
     shutil.copytree(EXAMPLES / "mlp_tensor", target / "mlp_tensor_again")
     return target
 
