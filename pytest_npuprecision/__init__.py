@@ -1,23 +1,34 @@
-"""pytest-npuprecision: single-operator precision verification for PyTorch devices."""
+"""pytest-npuprecision: single-operator precision verification for PyTorch devices.
 
-__version__ = "0.1.0"  # before the imports: the reports read it while the package loads
+The names below load on first use, so that pytest, which imports this package for its plugin, pays
+for torch only in runs that check something.
+"""
 
-from .backends import Backend, BackendError, BackendInfo
-from .judge import assert_precise, judge
-from .metrics import Accumulation, Metrics
-from .opcases import call, register_op, unregister_op
-from .rules import Rules
-from .verdict import Check, Element, Status, Verdict, render_message
+from __future__ import annotations
 
-__all__ = [
-    "Accumulation", "Backend", "BackendError", "BackendInfo", "Check", "Element", "Metrics", "Rules", "Status", "Verdict",
-    "assert_precise", "call", "judge", "precision_case", "register_op", "render_message", "unregister_op",
-]
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Backend": "backends", "BackendError": "backends", "BackendInfo": "backends",
+    "assert_precise": "judge", "judge": "judge",
+    "Accumulation": "metrics", "Metrics": "metrics",
+    "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
+    "precision_case": "opcases.plugin",
+    "Rules": "rules",
+    "Check": "verdict", "Element": "verdict", "Status": "verdict", "Verdict": "verdict", "render_message": "verdict",
+}
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name == "precision_case":  # the pytest layer of op cases, imported on first use
-        from .opcases.plugin import precision_case
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
 
-        return precision_case
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

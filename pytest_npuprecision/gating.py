@@ -10,7 +10,6 @@ entries and rewrites the file, once, at the end of the session.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 from pathlib import Path
 from typing import Mapping
@@ -36,33 +35,6 @@ def case_id_of(item: pytest.Item) -> str | None:
     return case_id
 _COLLECTED = pytest.StashKey[set]()
 _WORKER_KEY = "npu_precision_case_ids"
-
-
-def add_options(group) -> None:
-    group.addoption("--npu-precision-known-failures", default=None, metavar="FILE",
-                    help="JSON file of accepted failures keyed by case id: listed cases run as strict xfail")
-    group.addoption("--npu-precision-known-failures-margin", default=0.1, type=_margin, metavar="MARGIN",
-                    help="how much further past its limit (value/limit) a known failure's check may go "
-                         "before it fails as a regression: 0.1 or 10%% (default 10%%)")
-    group.addoption("--npu-precision-update-known-failures", action="store_true", default=False,
-                    help="rewrite the known-failures file from this run at the end of the session")
-    group.addoption("--npu-precision-warn-stale", action="store_true", default=False,
-                    help="only warn about known failures that match no collected case (default: fail the run)")
-    group.addoption("--npu-precision-strict-warnings", action="store_true", default=False,
-                    help="cases with a warning verdict fail like errors")
-    group.addoption("--npu-precision-html", default=None, metavar="FILE",
-                    help="write a self-contained HTML report (summary, sortable cases, error plots) here")
-
-
-def _margin(text: str) -> float:
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(
-            f"margin {text!r} is not a non-negative number: give a fraction such as 0.1 or a percentage such as 10%")
-    return value
 
 
 def collected_case_ids(config: pytest.Config) -> set[str]:

@@ -6,7 +6,6 @@ judges with the same backends and tables, and a bad option is one usage error th
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 from pathlib import Path
@@ -15,23 +14,12 @@ import pytest
 
 from .backends import Backend, BackendError, load_backend
 from .baseline import BaselineFileError, RecordedBaseline
-from .budget import default_budget, parse_size
+from .budget import default_budget
 from .cases import Settings
+from .options import VERDICT_DEFAULTS
 from .rules import Rules
 
 _SETTINGS = pytest.StashKey[Settings]()
-
-
-# Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
-VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
-                    "npu_precision_rules": None}
-
-
-def memory_size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
@@ -57,19 +45,6 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None
         raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
                                 f"--npu-precision-record, a device, or none")
     return backend_option(config, "npu_precision_baseline", "baseline")
-
-
-def check_output_paths(config: pytest.Config) -> None:
-    """The report folder and the record file must be what they are named as, before a run spends its time."""
-    report = config.getoption("npu_precision_report")
-    if report is not None and os.path.lexists(report) and not os.path.isdir(report):
-        raise pytest.UsageError(f"--npu-precision-report {report!r} is a file, not a folder: name a folder for the "
-                                f"reports (it is created if missing)")
-    for option, what in (("npu_precision_record", "--npu-precision-record"), ("npu_precision_html", "--npu-precision-html")):
-        target = config.getoption(option)
-        if target is not None and os.path.isdir(target):
-            raise pytest.UsageError(f"{what} {target!r} is a folder: name the file to write, such as "
-                                    f"{os.path.join(target, 'baseline.json' if option.endswith('record') else 'report.html')}")
 
 
 def settings_for(config: pytest.Config) -> Settings:

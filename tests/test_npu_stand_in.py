@@ -72,7 +72,7 @@ def test_a_torch_npu_that_fails_to_import_is_a_usage_error_naming_it_and_the_fix
 ADAPTER_CHECKS = r"""
 import json, os, torch
 from pytest_npuprecision.backends import BackendError, auto_backend, load_backend
-from pytest_npuprecision.plugin import run_header
+from pytest_npuprecision.active import run_header
 from pytest_npuprecision.cases import Settings
 
 def env(**values):

@@ -1,13 +1,12 @@
-"""The pytest layer of op cases: options, YAML collection, items, and the ``precision_case`` decorator.
+"""The pytest layer of op cases: YAML files' items and the ``precision_case`` decorator.
 
-pytest_npuprecision.plugin calls add_options, configure and collect_file; everything that decides
-anything lives in the core modules beside this one.
+pytest_npuprecision.active calls configure and makes OpCaseFile for the files options.is_case_file
+picks; everything that decides anything lives in the core modules beside this one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -27,19 +26,6 @@ from .run import ExampleResult, case_seed
 from .spec import BrokenCase, OpCase, dtype_name, op_label
 
 _SETTINGS = pytest.StashKey[OpCaseSettings]()
-DEFAULT_PATTERNS = ("op_cases*.yaml", "op_cases*.yml")
-
-
-def add_options(group) -> None:
-    group.addoption("--npu-precision-profile", default="ci", choices=sorted(PROFILES), metavar="PROFILE",
-                    help="how hard op cases search: ci (deterministic, bounded; default), dev (random, local "
-                         "example database) or thorough (many examples)")
-    group.addoption("--npu-precision-regressions", default=None, metavar="DIR",
-                    help="write failing op case examples here as regression cases (default: op_cases/regressions "
-                         "under the rootdir; 'none' writes nothing)")
-    group.addoption("--npu-precision-cases", action="append", default=[], metavar="GLOB",
-                    help="collect YAML files whose name matches GLOB as op cases, besides every YAML file in an "
-                         "op_cases/ folder (default: op_cases*.yaml)")
 
 
 def configure(config: pytest.Config) -> None:
@@ -67,26 +53,6 @@ def settings_for(config: pytest.Config) -> OpCaseSettings:
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
             root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"))
     return config.stash[_SETTINGS]
-
-
-def is_case_file(file_path: Path, config: pytest.Config) -> bool:
-    if file_path.suffix not in (".yaml", ".yml"):
-        return False
-    if "op_cases" in file_path.parent.parts:
-        return True
-    folder = config.getoption("npu_precision_regressions")
-    if folder and folder.lower() != "none":
-        root = (config.invocation_params.dir / folder).resolve()
-        if root == file_path.parent.resolve() or root in file_path.resolve().parents:
-            return True
-    patterns = config.getoption("npu_precision_cases") or DEFAULT_PATTERNS
-    return any(fnmatch.fnmatch(file_path.name, pattern) for pattern in patterns)
-
-
-def collect_file(file_path: Path, parent: pytest.Collector):
-    if is_case_file(file_path, parent.config):
-        return OpCaseFile.from_parent(parent, path=file_path)
-    return None
 
 
 def check_and_keep(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Outcome:
@@ -262,4 +228,4 @@ def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("fl
     return decorate
 
 
-__all__ = ["CASE_DTYPES", "add_options", "collect_file", "configure", "precision_case", "settings_for"]
+__all__ = ["CASE_DTYPES", "configure", "precision_case", "settings_for"]
