@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from . import gating
+from . import gating, threads
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
 from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump, recorded_nonfinite
-from .opcases import plugin as opcases
+from .opcases.failures import OpCaseFailure, OpCaseUsageError
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties, new_record
 from .settings import rerun_command, settings_for, stashed
@@ -34,10 +35,10 @@ def run_header(settings: Settings) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Run once, when plugin.py registers this module (pytest calls it then, even mid-collection)."""
-    opcases.configure(config)
-    failure = (PrecisionFailure, opcases.OpCaseFailure)
+    threads.apply(threads.for_run(config))
+    failure = (PrecisionFailure, OpCaseFailure)
     gating.configure(config, expected={"error": failure, "warning": failure,
-                                       "input-error": (CaseInputError, opcases.OpCaseUsageError)})
+                                       "input-error": (CaseInputError, OpCaseUsageError)})
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Collector(config), "npu-precision-collector")
     dumps = config.getoption("npu_precision")
@@ -97,8 +98,17 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+def op_cases_in_play(config: pytest.Config) -> ModuleType:
+    """The op cases' pytest layer (and Hypothesis), set up once a run has an op case."""
+    from .opcases import plugin as opcases
+
+    if not config.pluginmanager.has_plugin("npu-precision-opcases"):
+        opcases.configure(config)
+    return opcases
+
+
 def op_case_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector:
-    return opcases.OpCaseFile.from_parent(parent, path=file_path)
+    return op_cases_in_play(parent.config).OpCaseFile.from_parent(parent, path=file_path)
 
 
 def fallback_note(config: pytest.Config) -> str | None:
@@ -192,15 +202,19 @@ class PrecisionFailure(AssertionError):
     """A case whose device output is not precise enough."""
 
 
+# Made once: pytest builds a new decorator on each pytest.mark.<name> lookup, 17 us apiece for 100k items.
+_MARKS = {"forward": (pytest.mark.npu_precision, pytest.mark.npu_forward),
+          "backward": (pytest.mark.npu_precision, pytest.mark.npu_backward)}
+_OVERFLOW = pytest.mark.npu_overflow
+
+
 class DumpCaseItem(pytest.Item):
     def __init__(self, *, case: DumpCase, dump: DumpFile, **kwargs):
         super().__init__(**kwargs)
         self.case = case
         self.dump = dump
-        self.add_marker(pytest.mark.npu_precision)
-        self.add_marker(pytest.mark.npu_backward if case.direction == "backward" else pytest.mark.npu_forward)
-        if recorded_nonfinite(case):
-            self.add_marker(pytest.mark.npu_overflow)
+        for mark in _MARKS["backward" if case.direction == "backward" else "forward"] + ((_OVERFLOW,) if recorded_nonfinite(case) else ()):
+            self.add_marker(mark)
 
     def runtest(self) -> None:
         settings = settings_for(self.config)
@@ -282,8 +296,8 @@ def pytest_report_teststatus(report, config):
 
 
 # Failures whose message says everything: shown without a traceback.
-_CLEAN_FAILURES = (opcases.OpCaseFailure, opcases.OpCaseUsageError, KnownFailureRegression)
+_CLEAN_FAILURES = (OpCaseFailure, OpCaseUsageError, KnownFailureRegression)
 
 # What a case may end with; anything else is a harness error.
-_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, opcases.OpCaseFailure,
-                  opcases.OpCaseUsageError, pytest.skip.Exception, pytest.fail.Exception)
+_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, OpCaseFailure,
+                  OpCaseUsageError, pytest.skip.Exception, pytest.fail.Exception)

@@ -58,7 +58,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 def pytest_itemcollected(item: pytest.Item) -> None:
     """A Python op case (``precision_case``) puts the plugin in play before it runs."""
     if getattr(getattr(item, "obj", None), "npu_precision_case", None) is not None:
-        activate(item.config)
+        activate(item.config).op_cases_in_play(item.config)
 
 
 class _Controller:

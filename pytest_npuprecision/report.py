@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from . import __version__
+from . import __version__, threads
 from .backends import DumpedOutputs
 from .baseline import write_record
 from .cases import CaseResult, Settings
@@ -249,7 +249,8 @@ class Collector:
     def _write_run(self, path: Path) -> None:
         """The header line in full: device, golden and baseline with their versions and settings."""
         run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
-               "machine": platform.machine(), **self._settings().describe()}
+               "machine": platform.machine(), **self._settings().describe(),
+               "torch_threads": threads.for_run(self.config).as_dict()}
         path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     def _write_record(self, path: Path, records: list[dict]) -> None:

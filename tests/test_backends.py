@@ -229,7 +229,8 @@ def test_every_report_records_device_golden_baseline_and_seed(pytester, user_mod
     assert run == {"pytest_npuprecision": pytest_npuprecision.__version__, "python": platform.python_version(),
                    "machine": platform.machine(), "device": dict(cpu, name="made-by-a-function"),
                    "golden": "cpu float64", "golden_backend": cpu, "baseline": "cpu same dtype",
-                   "baseline_backend": cpu, "seed": "crc32(case id) per case"}
+                   "baseline_backend": cpu, "seed": "crc32(case id) per case",
+                   "torch_threads": {"source": "torch default", "threads_per_process": None}}
     records = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(isinstance(r["seed"], int) for r in records)
     assert {(r["device"], r["golden"], r["baseline"]) for r in records} == {

@@ -18,6 +18,7 @@ from ..cases import baseline_label, golden_label
 from ..gating import GATE, KnownFailureRegression
 from ..report import RECORD, new_record, output_record
 from ..verdict import Status
+from .failures import OpCaseFailure, OpCaseUsageError
 from .message import render_outcome
 from .regression import write_regression
 from .schema import CASE_DTYPES, MAX_EXAMPLES, SchemaError, count, parse_dtypes, parse_limits, parse_standard
@@ -63,14 +64,6 @@ def check_and_keep(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -
         path = write_regression(case, dtype, outcome.call, settings.regressions, settings.root)
         outcome = dataclasses.replace(outcome, regression=path)
     return outcome
-
-
-class OpCaseFailure(AssertionError):
-    """An op case whose op is not precise enough (or raised) on some example."""
-
-
-class OpCaseUsageError(Exception):
-    """An op case that cannot run as written: its message names the file, the case and the field."""
 
 
 def _start_record(item: pytest.Item, case: OpCase, settings: OpCaseSettings) -> None:

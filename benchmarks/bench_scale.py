@@ -1,0 +1,149 @@
+"""How the harness scales, against issue 19's targets: start-up, collection, per-case overhead, xdist.
+
+Each line prints the measurement, its target and the ratio; the script exits 1 when any measurement
+misses its target by more than 2x, so a regression shows. Every pytest run is a fresh subprocess in
+an empty folder (warm bytecode cache: run it twice after changing the code).
+
+    python benchmarks/bench_scale.py [--quick]
+
+- start-up: `pytest --co` in an empty folder, plugin installed vs `-p no:npuprecision` (time, peak RSS)
+- collection: `pytest --co --npu-precision` of synthetic statistics dumps of 1k, 10k and 100k entries
+- per case: the median harness overhead of a case in process (case time minus the op's own time),
+  for 1,000 synthesized elementwise and linear cases
+- xdist: `-n 2` against a serial run of the same dump, wall time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump import load_dump
+
+ROOT = Path(__file__).resolve().parents[1]
+MISSES: list[str] = []
+
+
+def report(what: str, value: float, target: float, unit: str, higher_is_better: bool = False) -> None:
+    ratio = (target / value if higher_is_better else value / target) if value and target else 0.0
+    verdict = "ok" if ratio <= 1 else ("missed" if ratio <= 2 else "MISSED BY MORE THAN 2x")
+    if ratio > 2:
+        MISSES.append(what)
+    print(f"{what:58s} {value:9.3g} {unit:4s} target {'>=' if higher_is_better else '<='} {target:g}: {verdict}")
+
+
+def synthetic_dump(entries: int, folder: Path, kinds: tuple[str, ...] | None = None) -> Path:
+    """A statistics dump.json of ``entries`` API entries copied from the mlp statistics fixture."""
+    source = next((ROOT / "tests" / "data" / "msprobe-dumps" / "mlp_statistics").rglob("dump.json"))
+    data = json.loads(source.read_text())["data"]
+    forwards = {k: v for k, v in data.items() if k.endswith(".forward") and not k.startswith("Module")
+                and (kinds is None or re.sub(r"\.\d+\.forward$", "", k) in kinds)}
+    out, copy = {}, 0
+    while len(out) < entries:
+        for key, entry in forwards.items():
+            api = re.sub(r"\.\d+\.forward$", "", key)
+            out[f"{api}.{1000 + copy}.forward"] = entry
+            backward = data.get(key.replace(".forward", ".backward"))
+            if backward is not None and len(out) < entries:
+                out[f"{api}.{1000 + copy}.backward"] = backward
+            if len(out) >= entries:
+                break
+        copy += 1
+    path = folder / "step0" / "rank0" / "dump.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                "dump_data_dir": None, "data": out}))
+    return path.parent
+
+
+def pytest_run(*args: str, cwd: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MiB of that pytest process, its last output line)."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, _, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest child's so far
+        child.returncode = 0
+        wall = time.perf_counter() - started
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    return wall, usage.ru_maxrss / 1024, lines[-1] if lines else ""
+
+
+def best(runs: int, *args: str, cwd: Path) -> tuple[float, float, str]:
+    results = [pytest_run(*args, cwd=cwd) for _ in range(runs)]
+    return min(results, key=lambda r: r[0])
+
+
+def start_up(empty: Path, runs: int) -> None:
+    plain, plain_rss, _ = best(runs, "--co", "-p", "no:npuprecision", cwd=empty)
+    with_plugin, plugin_rss, _ = best(runs, "--co", cwd=empty)
+    report("start-up: pytest --co, plugin / no plugin", with_plugin / plain, 1.2, "x")
+    report("start-up: extra peak memory of the plugin", max(0.0, plugin_rss - plain_rss), 20, "MiB")
+
+
+def collection(empty: Path, folder: Path, sizes: list[int]) -> None:
+    # Start-up with the plugin in play: one entry, so torch and the core are imported as for any dump.
+    base, base_rss, _ = best(2, "--co", "--npu-precision", str(synthetic_dump(1, folder / "collect1")), cwd=empty)
+    for size in sizes:
+        dump = synthetic_dump(size, folder / f"collect{size}")
+        wall, rss, _ = pytest_run("--co", "--npu-precision", str(dump), cwd=empty)
+        report(f"collection: {size} entries, seconds above start-up", wall - base, max(3.0 * size / 100_000, 0.1), "s")
+        if size >= 100_000:
+            report(f"collection: {size} entries, peak memory above start-up", rss - base_rss, 300, "MiB")
+
+
+def per_case(folder: Path) -> None:
+    torch.set_num_threads(1)
+    settings = Settings(device=torch.device("cpu"))
+    for label, kinds, target in (("elementwise (gelu, add_)", ("Functional.gelu", "Tensor.add_"), 2.0),
+                                 ("forward+backward linear", ("Functional.linear",), 4.0)):
+        dump = load_dump(synthetic_dump(1000, folder / f"case-{target}", kinds) / "dump.json")
+        overheads = []
+        for case in dump.cases:
+            try:
+                result = run_case(case, dump.data_dir, settings)
+            except (CaseSkipped, CaseInputError):
+                continue
+            overheads.append((result.seconds - result.op_seconds) * 1e3)
+        report(f"per case: median overhead, {label}", statistics.median(overheads), target, "ms")
+
+
+def xdist(empty: Path, folder: Path, entries: int) -> None:
+    dump = synthetic_dump(entries, folder / f"xdist{entries}")
+    serial, _, _ = best(1, "--npu-precision", str(dump), cwd=empty)
+    parallel, _, line = best(1, "--npu-precision", str(dump), "-n", "2", cwd=empty)
+    report(f"xdist: -n 2 speed-up over serial, {entries} cases", serial / parallel, 1.6, "x", higher_is_better=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller dumps, one run each")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        empty = folder / "empty"
+        empty.mkdir()
+        start_up(empty, 1 if args.quick else 3)
+        collection(empty, folder, [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
+        per_case(folder)
+        xdist(empty, folder, 1_000 if args.quick else 6_000)
+    if MISSES:
+        print(f"missed by more than 2x: {', '.join(MISSES)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
