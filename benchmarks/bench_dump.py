@@ -30,10 +30,12 @@ FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES",
                                Path(__file__).resolve().parents[1] / "tests" / "data" / "msprobe-dumps"))
 
 
-def synthetic_dump(source: Path, entries: int, folder: Path) -> Path:
-    """A statistics dump.json with `entries` API entries copied from `source` under new call indices."""
+def synthetic_dump(source: Path, entries: int, folder: Path, apis: tuple[str, ...] | None = None) -> Path:
+    """A statistics dump.json with `entries` API entries copied from `source` (those of `apis` only,
+    when given) under new call indices."""
     data = json.loads(source.read_text())["data"]
-    forwards = {k: v for k, v in data.items() if k.endswith(".forward") and not k.startswith("Module")}
+    forwards = {k: v for k, v in data.items() if k.endswith(".forward") and not k.startswith("Module")
+                and (apis is None or re.sub(r"\.\d+\.forward$", "", k) in apis)}
     out, copy = {}, 0
     while len(out) < entries:
         for key, entry in forwards.items():

@@ -16,9 +16,7 @@ an empty folder (warm bytecode cache: run it twice after changing the code).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -27,6 +25,9 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_dump  # noqa: E402  (its synthetic dumps)
 
 from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import load_dump
@@ -43,28 +44,10 @@ def report(what: str, value: float, target: float, unit: str, higher_is_better: 
     print(f"{what:58s} {value:9.3g} {unit:4s} target {'>=' if higher_is_better else '<='} {target:g}: {verdict}")
 
 
-def synthetic_dump(entries: int, folder: Path, kinds: tuple[str, ...] | None = None) -> Path:
-    """A statistics dump.json of ``entries`` API entries copied from the mlp statistics fixture."""
+def synthetic_dump(entries: int, folder: Path, apis: tuple[str, ...] | None = None) -> Path:
+    """The rank folder of a statistics dump of ``entries`` entries copied from the mlp statistics fixture."""
     source = next((ROOT / "tests" / "data" / "msprobe-dumps" / "mlp_statistics").rglob("dump.json"))
-    data = json.loads(source.read_text())["data"]
-    forwards = {k: v for k, v in data.items() if k.endswith(".forward") and not k.startswith("Module")
-                and (kinds is None or re.sub(r"\.\d+\.forward$", "", k) in kinds)}
-    out, copy = {}, 0
-    while len(out) < entries:
-        for key, entry in forwards.items():
-            api = re.sub(r"\.\d+\.forward$", "", key)
-            out[f"{api}.{1000 + copy}.forward"] = entry
-            backward = data.get(key.replace(".forward", ".backward"))
-            if backward is not None and len(out) < entries:
-                out[f"{api}.{1000 + copy}.backward"] = backward
-            if len(out) >= entries:
-                break
-        copy += 1
-    path = folder / "step0" / "rank0" / "dump.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
-                                "dump_data_dir": None, "data": out}))
-    return path.parent
+    return bench_dump.synthetic_dump(source, entries, folder, apis).parent
 
 
 def pytest_run(*args: str, cwd: Path) -> tuple[float, float, str]:
