@@ -12,8 +12,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Backend": "backends", "BackendError": "backends", "BackendInfo": "backends",
-    "assert_precise": "judge", "judge": "judge",
+    "assert_precise": "judging", "judge": "judging",
     "Accumulation": "metrics", "Metrics": "metrics",
+    "CallVerdict": "check", "assert_call_precise": "check", "check_call": "check",
     "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
     "precision_case": "opcases.plugin",
     "Rules": "rules",

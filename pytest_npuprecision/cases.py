@@ -23,8 +23,8 @@ from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
 from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
-from .judge import judge
-from .metrics import Metrics
+from .judging import judge
+from .metrics import Accumulation, Metrics
 from .ops import resolve
 from .recorded import NothingRecorded, recorded_results
 from .rules import Rules
@@ -252,7 +252,7 @@ def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None
 def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...],
             recorded: Metrics | None, overflowed: str | None) -> OutputVerdict:
     baseline = out.baseline if out.baseline is not None else recorded
-    verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation,
+    verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation or Accumulation(),
                     rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

@@ -418,15 +418,32 @@ def recorded_nonfinite(case: DumpCase) -> bool:
 
 
 def _has_nonfinite(value: Any, depth: int) -> bool:
+    # Plain loops: this runs for every case at collection, 100k times for a large dump.
     if depth > 32:  # dump.json is untrusted: its nesting is bounded here as in its decoding
         return False
     if isinstance(value, list):
-        return any(_has_nonfinite(item, depth + 1) for item in value)
+        for item in value:
+            if _has_nonfinite(item, depth + 1):
+                return True
+        return False
     if not isinstance(value, dict):
         return False
     if value.get("type") == "torch.Tensor":
-        return any(_nonfinite_number(value.get(stat)) for stat in ("Max", "Min", "Mean", "Norm"))
-    return any(_has_nonfinite(item, depth + 1) for item in value.values())
+        for stat in _STATISTICS:
+            number = value.get(stat)
+            if number.__class__ is float:
+                if number - number != 0:  # inf - inf and nan - nan are nan
+                    return True
+            elif _nonfinite_number(number):
+                return True
+        return False
+    for item in value.values():
+        if (item.__class__ is dict or item.__class__ is list) and _has_nonfinite(item, depth + 1):
+            return True
+    return False
+
+
+_STATISTICS = ("Max", "Min", "Mean", "Norm")
 
 
 def _nonfinite_number(value: Any) -> bool:

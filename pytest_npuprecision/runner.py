@@ -373,6 +373,13 @@ def _squared_outputs(op: ResolvedOp, args, kwargs, side: _Side, cotangents=None,
     return {f"grad.{p}": g for p, g in zip(leaves, grads) if g is not None}
 
 
+def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
+                     golden: Backend | None = None) -> Accumulation:
+    """The reduction length and term norms of ``op(*args, **kwargs)``, as dump cases derive them."""
+    side = _golden_side(golden or Backend("cpu"), torch.float64, 0)
+    return _forward_accumulation(op, list(args), dict(kwargs or {}), side, [])
+
+
 def _forward_accumulation(op, args, kwargs, golden: _Side, notes: list[str]) -> Accumulation:
     rule = ACCUMULATION_RULES.get(op.base_name)
     length = _forward_length(op, rule, args, kwargs, notes)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pytest_npuprecision as npp
-from pytest_npuprecision import Rules, Status, assert_precise, judge, render_message
+from pytest_npuprecision import Accumulation, Rules, Status, assert_precise, judge, render_message
 
 X = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16)
 EXACT = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
@@ -57,7 +57,8 @@ def test_passing_message_lists_every_check_and_the_baseline():
 
 def test_nan_gate_message_points_at_the_nan():
     actual = torch.tensor([[1.0, float("nan")]], dtype=torch.bfloat16)
-    verdict = judge(actual, torch.tensor([[1.0, 2.0]], dtype=torch.float64), op="Torch.matmul")
+    verdict = judge(actual, torch.tensor([[1.0, 2.0]], dtype=torch.float64), op="Torch.matmul",
+                    accumulation=Accumulation(2))
     assert verdict.status is Status.ERROR
     assert "  nonfinite_mismatch = 1 > limit 0  [error]" in render_message(verdict)
     assert verdict.worst.index == (0, 1) and verdict.worst.golden == 2.0
@@ -96,11 +97,13 @@ def test_assert_precise_raises_with_the_message_and_returns_passing_verdicts():
 def test_standard_selection(op, dtype, baseline, standard):
     actual = torch.ones(4, dtype=dtype)
     golden = torch.ones(4, dtype=torch.float64 if dtype.is_floating_point else dtype)
-    assert judge(actual, golden, op=op, baseline=actual if baseline else None).standard == standard
+    # Accumulation(): one term per output (the selection does not depend on it; reductions require one).
+    assert judge(actual, golden, op=op, baseline=actual if baseline else None,
+                 accumulation=Accumulation()).standard == standard
 
 
 def test_explicit_standard_wins():
-    assert judge(X, EXACT, op="matmul", standard="ulp").standard == "ulp"
+    assert judge(X, EXACT, op="matmul", standard="ulp", accumulation=Accumulation(1)).standard == "ulp"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.judge import judge
+from pytest_npuprecision.judging import judge
 from pytest_npuprecision.ops import resolve
 from pytest_npuprecision.runner import run_call
 from pytest_npuprecision.verdict import Status

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from pytest_npuprecision.autocast import inferred_autocast
 from pytest_npuprecision.cases import CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import load_dump
-from pytest_npuprecision.judge import judge
+from pytest_npuprecision.judging import judge
 from pytest_npuprecision.ops import resolve
 from pytest_npuprecision.runner import run_call
 from pytest_npuprecision.verdict import Status, render_message

@@ -2,7 +2,7 @@
 
 This is the pure core under both the Hypothesis search and fixed (regression) cases: a Call in,
 an ExampleResult out. The runner does the running (runner.run_call) and the standards do the
-judging (judge.judge); this module only resolves what the case names and ranks how bad a result is.
+judging (judging.judge); this module only resolves what the case names and ranks how bad a result is.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 from ..backends import Backend
 from ..cases import OutputVerdict
 from ..error_profile import error_profile
-from ..judge import judge
+from ..judging import judge
+from ..metrics import Accumulation
 from ..ops import ResolvedOp, resolve
 from ..rules import Rules
 from ..summary import excess, failing_outputs
@@ -78,7 +79,7 @@ def check_severity(check: Check) -> float:
 
 
 def _judged(out, op: str, target: Target, notes: tuple[str, ...]) -> OutputVerdict:
-    verdict = judge(out.actual, out.golden, baseline=out.baseline, op=op, accumulation=out.accumulation,
+    verdict = judge(out.actual, out.golden, baseline=out.baseline, op=op, accumulation=out.accumulation or Accumulation(),
                     rules=target.rules, notes=notes)
     # The error profile draws the report's plots; only outputs that do not pass need one.
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 
+from .accumulation import ACCUMULATION_RULES
 from .dtypes import float_format, parse_dtype
 from .metrics import Accumulation, Metrics, compute_metrics
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
@@ -27,6 +28,7 @@ def judge(
     rules: Rules | None = None,
     notes: tuple[str, ...] = (),
     overflowed: str | None = None,
+    inputs: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
 ) -> Verdict:
     """Judge a device-under-test output against a high-precision golden.
 
@@ -36,7 +38,10 @@ def judge(
     output tensor, or its ``Metrics`` against the golden as recorded on another machine.
     op: the op's name ("Functional.gelu", "matmul") to pick its standard and limits.
     dtype: the dtype whose standards apply (default: actual's). standard: force one standard.
-    accumulation: the reduction length and term norms for the error-bound standard.
+    accumulation: the reduction length and term norms for the error-bound standard; or
+    inputs: the call's ``(args, kwargs)``, from which they are derived as dump cases derive them. An op
+    that reduces (matmul, sum, softmax, the norms...) needs one of the two: without them its bound
+    would be that of a single product, and a fair kernel would fail.
     overflowed: what overflowed upstream of this output, fairly for its dtype (the forward of a
     gradient): then infs where the exact result is finite, and nothing else wrong, are an overflow,
     not an error. Without it they are an error: a kernel may not invent an inf.
@@ -65,7 +70,7 @@ def judge(
     name = parse_op_name(op) if op is not None else None
 
     rule = rules.op_rule(name)
-    accumulation = accumulation or Accumulation()
+    accumulation = _accumulation(name, op, accumulation, inputs)
     if rules.roundings(name) > accumulation.roundings:
         accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
     params = rules.params(target)
@@ -114,6 +119,24 @@ def judge(
                               rules.limits_for(worst_standard.name, target, rule), target),
         notes=all_notes,
     )
+
+
+def _accumulation(name, op: str | None, accumulation: Accumulation | None,
+                  inputs: tuple[Sequence[Any], Mapping[str, Any]] | None) -> Accumulation:
+    if inputs is not None:
+        if accumulation is not None:
+            raise ValueError("pass inputs= or accumulation=, not both: inputs derive the accumulation")
+        if name is None:
+            raise ValueError("inputs= needs op=: the op says how its inputs accumulate")
+        from .ops import resolve  # the tables of ops and their rules, only where a call is described
+        from .runner import accumulation_for
+
+        args, kwargs = inputs
+        return accumulation_for(resolve(op if "." in op else f"Torch.{op}"), args, kwargs)
+    if accumulation is None and name is not None and name.bare in ACCUMULATION_RULES:
+        raise ValueError(f"op {op!r} reduces: its error bound needs the reduction length. Pass the call's "
+                         f"arguments as inputs=(args, kwargs), or accumulation=Accumulation(length, term_norms)")
+    return accumulation or Accumulation()
 
 
 def assert_precise(actual: Any, golden: Any, **kwargs: Any) -> Verdict:
