@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import svg_plots
+from .docs_links import failure_sections
 from .verdict import METRIC_MEANINGS, meaning
 from .summary import (ALL_CHECKS, STATUS_ORDER, check_excess, counts, failing_statuses, first_failing, is_failing,
                       known_outcome, number, op_name, times_limit, worst_check, worst_text)
@@ -201,8 +202,17 @@ def _failure(record: dict) -> str:
     ratio = times_limit(worst[1]) if worst else ""
     ratio = f" · worst check at {ratio}" if ratio else ""
     return (f'<article id="{_anchor(record)}"><h3>{escape(record["case_id"])} {_badge(record["status"])}</h3>'
-            f'<p>{escape(record["direction"])} · seed {record["seed"]}{ratio}{known}</p>'
+            f'<p>{escape(record["direction"])} · seed {record["seed"]}{ratio}{known}</p>{_docs_links(record)}'
             f'<div class="plots">{plots}</div><pre>{escape(record["message"] or worst_text(record))}</pre></article>')
+
+
+def _docs_links(record: dict) -> str:
+    """Links to the docs section of each standard that failed an output, where a reader learns what it checks."""
+    sections = dict.fromkeys(section for o in record["outputs"] if o["status"] in ("error", "warning")
+                             for section in failure_sections(o["standard"], (c["metric"] for c in o["checks"]
+                                                                             if c["status"] != "pass")))
+    links = ", ".join(f'<a href="{escape(s)}">{escape(s)}</a>' for s in sections)
+    return f'<p class="docs">docs: {links}</p>' if links else ""
 
 
 def _bin_label(exponent: int) -> str:

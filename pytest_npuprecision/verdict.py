@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .docs_links import failure_sections
 from .metrics import Metrics
 
 
@@ -211,4 +212,6 @@ def render_message(verdict: Verdict) -> str:
     compared = "actual vs golden" + (" and baseline vs golden" if verdict.baseline_metrics else "")
     lines.append(f"  compared: {compared}")
     lines.extend(f"  note: {note}" for note in verdict.notes)
+    if verdict.status in (Status.ERROR, Status.WARNING):  # where to read what the failed checks mean
+        lines.append(f"  docs: {', '.join(failure_sections(verdict.standard, (c.metric for c in verdict.failures)))}")
     return "\n".join(lines)

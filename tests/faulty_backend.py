@@ -1,6 +1,6 @@
 """A backend that runs on the CPU and corrupts chosen ops: the test suite's fault injector.
 
-It is also the smallest useful example of a backend (README, "Writing a backend"). A backend
+It is also the smallest useful example of a backend (docs/backends.md, "Writing a backend"). A backend
 subclasses ``pytest_npuprecision.Backend`` and overrides only what differs from a plain torch
 device; this one overrides two methods and inherits the rest (to_device, synchronize, to_host,
 running):

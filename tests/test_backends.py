@@ -133,7 +133,7 @@ def test_module_object_takes_a_class_a_factory_or_a_dotted_attribute(user_module
 @pytest.mark.parametrize("spec, message", [
     ("user_backends:not_a_backend",
      "backend 'user_backends:not_a_backend' is a str, not a Backend: subclass pytest_npuprecision.Backend "
-     "(see the README's backend protocol)"),
+     "(see docs/backends.md, \"Writing a backend\")"),
     ("user_backends:failing",
      "backend 'user_backends:failing' failed to start (ValueError: no licence server)"),
     ("user_backends:missing",

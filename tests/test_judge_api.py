@@ -22,7 +22,8 @@ def test_failure_message_format_is_stable():
         "  mismatched elements: 1 / 3 (33.3%) past their relative (or near-zero absolute) tolerance\n"
         "  worst element [2]: actual 3, golden 3.01\n"
         "    error there: 0.01 absolute, 0.00332 relative; the standard allows 0.00294\n"
-        "  compared: actual vs golden"
+        "  compared: actual vs golden\n"
+        "  docs: docs/standards.md#absolute"
     )
 
 

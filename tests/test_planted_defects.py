@@ -1,7 +1,7 @@
 """Planted defects fail: every way a device output goes wrong is caught, in every dtype.
 
 Where a standard cannot see a defect by design, the exclusion is listed here with its reason
-and the README says the same.
+and docs/blind-spots.md says the same.
 """
 
 from __future__ import annotations

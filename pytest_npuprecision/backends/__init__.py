@@ -117,7 +117,7 @@ def _as_backend(target: object, shown: str) -> Backend:
             raise BackendError(f"backend {shown!r} failed to start ({type(exc).__name__}: {exc})") from None
     if not isinstance(target, Backend):
         raise BackendError(f"backend {shown!r} is a {type(target).__name__}, not a Backend: subclass "
-                           f"pytest_npuprecision.Backend (see the README's backend protocol)")
+                           f"pytest_npuprecision.Backend (see docs/backends.md, \"Writing a backend\")")
     return target
 
 

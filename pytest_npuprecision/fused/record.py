@@ -18,4 +18,4 @@ class FusedOp:
     reference: Callable[..., Any]  # called exactly as torch_npu's op: same positional order and keyword names
     signature: str  # the torch_npu signature implemented, as in the docstring
     outputs: str  # what the outputs are, e.g. "y, rstd"
-    unsupported: str = ""  # what is not supported and why (for the README table)
+    unsupported: str = ""  # what is not supported and why (for the docs table, docs/generate.py)

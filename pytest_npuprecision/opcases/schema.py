@@ -1,8 +1,8 @@
 """Read op case YAML files into OpCase records, naming the file, the case and the field of any error.
 
 A file that is not YAML, or not a mapping with a ``cases`` list, is one BrokenCase; a case with a
-bad field is a BrokenCase of its own and the file's other cases still run. README.md ("Op cases")
-documents the schema with a complete example.
+bad field is a BrokenCase of its own and the file's other cases still run. docs/op-cases.md ("The YAML
+schema") documents it with a complete example.
 """
 
 from __future__ import annotations
