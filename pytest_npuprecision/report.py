@@ -22,6 +22,7 @@ from .backends import DumpedOutputs
 from .baseline import write_record
 from .cases import CaseResult, Settings
 from .dump import DumpCase
+from .docs_links import failure_sections
 from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
 from .summary import (ALL_CHECKS, counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
@@ -302,6 +303,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     for record in failing[:_LISTED]:
         lines.append(f"worst: {record['case_id']}: {worst_text(record, statuses)}{_times(record, statuses)}"
                      f"{_known(record)}")
+    sections = _docs_sections(unexpected, statuses)
+    if sections:
+        lines.append(f"docs: {', '.join(sections)}")
     overflowed = [r for r in records if r["status"] == "overflow"]
     lines += [f"overflow: {r['case_id']}: {_overflow_text(r)}" for r in overflowed[:_LISTED]]
     lines += _more(overflowed, "overflows")
@@ -318,6 +322,17 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]
     return lines
+
+
+def _docs_sections(records: list[dict], statuses: tuple[str, ...]) -> list[str]:
+    """The docs sections of the standards that these failing records failed, each once."""
+    found: dict[str, None] = {}
+    for record in records:
+        for output in record["outputs"]:
+            if output["status"] in statuses:
+                failed = [check["metric"] for check in output["checks"] if check["status"] in statuses]
+                found.update(dict.fromkeys(failure_sections(output["standard"], failed)))
+    return list(found)
 
 
 def _overflow_text(record: dict) -> str:

@@ -135,3 +135,15 @@ def test_the_readme_is_a_front_door_that_links_to_pages_that_exist():
         path, _, anchor = target.partition("#")
         assert (ROOT / path).is_file(), target
         assert not anchor or anchor in anchors(ROOT / path), target
+
+
+def test_the_terminal_summary_links_the_sections_of_the_failed_standards(pytester):
+    defects = Path(__file__).resolve().parents[1] / "examples" / "dumps" / "npu_llm_defects_tensor"
+    result = pytester.runpytest("--npu-precision", str(defects), "--npu-precision-device", "dumped",
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # Planted NaNs fail at the inf/nan gate, the flipped rotary and bfloat16 attention by the error bound.
+    result.stdout.fnmatch_lines(["docs: docs/standards.md#error-bound, docs/standards.md#the-infnan-gate"])
+    clean = pytester.runpytest("--npu-precision", str(defects.parent / "npu_llm_tensor"), "--npu-precision-device",
+                               "dumped", "-p", "no:cacheprovider")
+    assert clean.ret == 0 and "docs: " not in clean.stdout.str()
