@@ -142,12 +142,14 @@ def _at_least_one(share: Limit, count: int) -> Limit:
 
 
 class Thousandth(Standard):
-    """At least 99.9 % of the elements within the dtype's thousandth tolerance (convolutions)."""
+    """At least 99.9 % of the elements within the dtype's thousandth tolerance (convolutions), and no
+    element far past its error bound: the 0.1 % allowance is for rounding, not for a gross outlier."""
 
     name, worst = "thousandth", "rel"
 
     def checks(self, m, limits, baseline, floor):
-        return [_check("thousandth_ratio", m.thousandth_ratio, limits["thousandth_ratio"], upper=False)]
+        return [_check("thousandth_ratio", m.thousandth_ratio, limits["thousandth_ratio"], upper=False),
+                _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"])]
 
 
 class ErrorBound(Standard):
