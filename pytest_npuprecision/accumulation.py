@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import norm_terms
+from . import norm_terms, softmax_terms
 
 
 def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
@@ -199,7 +199,11 @@ _CONV = AccumulationRule(lambda a, k: _arg(a, k, 1, "weight")[0].numel(), added=
 _SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")), squared=True)
 _STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")))
 _NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 2, "dim")))
-_SOFTMAX = AccumulationRule(_softmax_length)
+def _softmax(op: str) -> AccumulationRule:
+    """softmax and log_softmax: the row's length, and term norms for exp's conditioning (softmax_terms.py)."""
+    return AccumulationRule(_softmax_length, grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g))
+
+
 _NORMALIZED = AccumulationRule(lambda a, k: math.prod(_arg(a, k, 1, "normalized_shape")))
 
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
@@ -215,7 +219,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "cumsum": AccumulationRule(_cumsum_length, squared=True),
     "norm": _NORM, "vector_norm": _NORM,
     "var": _STAT, "std": _STAT, "logsumexp": _STAT,
-    "softmax": _SOFTMAX, "log_softmax": _SOFTMAX,
+    "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
     "npu_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 1, "gamma").numel()),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),

@@ -61,12 +61,17 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     run = run_call(resolved, args, kwargs, device=device, golden=golden, baseline=baseline, backward=backward,
                    requires_grad=requires, seed=seed, reference=reference)
     rules = rules or Rules.default()
-    judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name,
+    # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
+    judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,
-                                    overflowed=run.overflowed if out.name.startswith("grad.") else None,
+                                    overflowed=run.overflowed if direction == "backward" else None,
                                     dtype=out.judged_dtype))
-                   for out in (*run.outputs, *run.grads))
+                   for direction, outs in (("forward", run.outputs), ("backward", run.grads)) for out in outs)
     return CallVerdict(resolved.api_name, judged, tuple(run.notes))
+
+
+# The tables read a gradient from its key's direction, as in a dump: "Torch.matmul.0.backward".
+_KEYS = {"forward": "", "backward": ".0.backward"}
 
 
 def assert_call_precise(op: str | Callable[..., Any], *args: Any, **kwargs: Any) -> CallVerdict:

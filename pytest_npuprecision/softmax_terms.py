@@ -1,0 +1,38 @@
+"""Term norms of softmax's and log_softmax's input gradients: where a fair kernel's error comes from.
+
+Backward runs from the saved output, rounded to its dtype. softmax's dx = y * (g - sum(y g)) cancels
+where g_i is near the row's weighted mean, and carries y's rounding into both terms: a fair float16
+kernel on a row of wide scores (|x| ~ 20) erred 6x past a bound scaled by |dx| alone.
+log_softmax's dx = g - p * sum(g) cancels likewise, with p = exp(out) relatively as rounded as out
+is (u |out|). (Their forwards need no term norms: each output is one correctly rounded quotient or
+difference of exact-ish terms, and fair kernels stay well within the plain bound.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+
+def _parts(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[torch.Tensor, int]:
+    x = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    x = x.detach().double()
+    if dim is None:  # torch's legacy implicit softmax dim
+        dim = 0 if x.dim() in (0, 1, 3) else 1
+    return x, dim
+
+
+def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    x, dim = _parts(args, kwargs)
+    g = cotangent.detach().double().to(x.device)
+    y = torch.softmax(x, dim).nan_to_num()
+    if op == "log_softmax":
+        out = torch.log_softmax(x, dim)
+        size = torch.where(torch.isfinite(out), out.abs(), torch.zeros_like(out))
+        return {"input": g.abs() + y * (1 + size) * g.sum(dim, keepdim=True).abs()
+                + y * g.abs().sum(dim, keepdim=True)}
+    weighted = (y * g).sum(dim, keepdim=True)
+    return {"input": y * (g.abs() + weighted.abs() + (y * g.abs()).sum(dim, keepdim=True))}
