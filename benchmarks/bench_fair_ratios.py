@@ -58,7 +58,8 @@ def main() -> None:
                 verdict = judge(device, golden, baseline=baseline, op="matmul", accumulation=accumulation)
                 failed[way].update(c.metric for c in verdict.checks if c.status is Status.ERROR)
                 failed[way]["(the case)"] += verdict.status is Status.ERROR
-                every = judge(device, golden, baseline=baseline, op="matmul", standard="benchmark")
+                every = judge(device, golden, baseline=baseline, op="matmul", standard="benchmark",
+                              accumulation=accumulation)
                 failed[way].update(f"{c.metric} (every element, msprobe)" for c in every.checks
                                    if c.metric in EVERY_ELEMENT and c.status is Status.ERROR)
         for metric in (*CHECKS, *(f"{m} (every element, msprobe)" for m in EVERY_ELEMENT), "(the case)"):
