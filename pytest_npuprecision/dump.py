@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import gc
 import json
 import math
@@ -77,8 +78,24 @@ class DumpCase:
     forward_seed: int  # zlib.crc32 of the forward case's id: a backward case rebuilds the same inputs
     order: int  # position in dump.json, i.e. execution order
     source: Path  # the dump.json
-    skip: SkipReason | None = None
-    skip_detail: str = ""
+    known_skip: tuple[SkipReason, str] | None = None  # a reason its key or a missing entry gives at once
+
+    @functools.cached_property
+    def _skip(self) -> tuple[SkipReason | None, str]:
+        # Reasons that need the entries decoded are found on first use, when the case runs: collecting
+        # a dump of 100k entries then decodes none of them.
+        if self.known_skip is not None:
+            return self.known_skip
+        return _decoded_skip(self) or (None, "")
+
+    @property
+    def skip(self) -> SkipReason | None:
+        """Why the case cannot run (None when it can)."""
+        return self._skip[0]
+
+    @property
+    def skip_detail(self) -> str:
+        return self._skip[1]
 
     @property
     def skip_message(self) -> str:
@@ -250,37 +267,15 @@ def _location(path: Path) -> tuple[int | None, int | None, int | None, str]:
 
 
 def _cases(data: dict, source: Path, location: str):
-    forward_calls = _ForwardCalls()
     for order, (key, entry) in enumerate(data.items()):
-        yield _case(key, entry, order, data, source, location, forward_calls)
-
-
-class _ForwardCalls:
-    """Decodes each forward entry once, for its forward case and its backward case alike."""
-
-    def __init__(self):
-        self._done: dict[str, DecodedCall | DescriptorError] = {}
-
-    def __call__(self, forward_key: str, forward: Any, name: str) -> DecodedCall:
-        result = self._done.get(forward_key)
-        if result is None:
-            try:
-                result = decode_call(forward, name)
-                _check_rebuildable(result.specs())
-            except DescriptorError as exc:
-                result = exc
-            self._done[forward_key] = result
-        if isinstance(result, DescriptorError):
-            raise result
-        return result
+        yield _case(key, entry, order, data, source, location)
 
 
 def _case_id(location: str, key: str) -> str:
     return f"{location}::{key}" if location else key
 
 
-def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: str,
-          forward_calls: _ForwardCalls) -> DumpCase:
+def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: str) -> DumpCase:
     parsed = _parse_key(key)
     if parsed is None:
         parsed = (key.split(".", 1)[0], "", -1, "", key, key)
@@ -294,13 +289,18 @@ def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: 
     backward = entry if direction == "backward" else data.get(_backward_key(parsed))
     case_id = _case_id(location, key)
     if skip is None:
-        skip = _skip(prefix, name, direction, forward_key, forward, entry, forward_calls)
+        skip = _known_skip(prefix, direction, forward_key, forward)
+    if skip is None and direction == "backward" and not isinstance(entry, dict):  # the case keeps no such entry
+        try:
+            decode_grads(entry)
+        except MalformedDescriptor as exc:
+            skip = (SkipReason.MALFORMED_ENTRY, f"{exc}; re-dump this API or delete the entry")
     return DumpCase(
         key=key, api=api, prefix=prefix, name=name, call_index=index, direction=direction,
         forward_key=forward_key, forward=forward, backward=backward if isinstance(backward, dict) else None,
         case_id=case_id, seed=zlib.crc32(case_id.encode()),
         forward_seed=zlib.crc32(_case_id(location, forward_key).encode()),
-        order=order, source=source, skip=skip[0] if skip else None, skip_detail=skip[1] if skip else "",
+        order=order, source=source, known_skip=skip,
     )
 
 
@@ -322,9 +322,8 @@ def _backward_key(parsed: tuple) -> str:
     return f"Module.{name}.backward.{index}" if prefix == "Module" else f"{api}.backward"
 
 
-def _skip(prefix: str, name: str, direction: str, forward_key: str, forward: Any, entry: Any,
-          forward_calls: _ForwardCalls):
-    """(reason, detail) for a case that cannot run, else None."""
+def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any) -> tuple[SkipReason, str] | None:
+    """(reason, detail) for a case that cannot run, from its key and which entries exist; else None."""
     if prefix == "Module" or direction == "parameters_grad":
         return SkipReason.MODULE_ENTRY, "module-level entries are not single API calls; dump with level L1 or mix"
     if prefix in _UNSUPPORTED_PREFIXES:
@@ -333,12 +332,19 @@ def _skip(prefix: str, name: str, direction: str, forward_key: str, forward: Any
         return (SkipReason.NO_FORWARD,
                 f"its forward entry {forward_key} is not in dump.json, so its inputs are unknown; "
                 "dump with data_mode 'all'")
-    of_forward = "" if direction == "forward" else f"forward entry {forward_key}: "
+    return None
+
+
+def _decoded_skip(case: DumpCase) -> tuple[SkipReason, str] | None:
+    """(reason, detail) for a case whose entries cannot be replayed (malformed, missing data, random)."""
+    name, direction = case.name, case.direction
+    of_forward = "" if direction == "forward" else f"forward entry {case.forward_key}: "
     try:
-        call = forward_calls(forward_key, forward, name)
+        call = decode_call(case.forward, name)
+        _check_rebuildable(call.specs())
         if direction == "backward":
             of_forward = ""
-            _check_rebuildable(decode_grads(entry))
+            _check_rebuildable(decode_grads(case.backward))
     except MalformedDescriptor as exc:
         return SkipReason.MALFORMED_ENTRY, f"{of_forward}{exc}; re-dump this API or delete the entry"
     except UnsupportedDescriptor as exc:
