@@ -98,8 +98,8 @@ def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
 
 def _callable_name(op: Callable[..., Any]) -> str | None:
     """The msprobe name of a torch operator given as a function: torch.matmul -> Torch.matmul."""
-    module, name = getattr(op, "__module__", None) or "", getattr(op, "__name__", "")
-    if module == "torch.nn.functional":
+    name = getattr(op, "__name__", "")
+    if op is getattr(torch.nn.functional, name, None):  # some are C functions of another module
         return f"Functional.{name}"
     if op is getattr(torch, name, None):
         return f"Torch.{name}"

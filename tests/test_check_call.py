@@ -68,3 +68,14 @@ def test_judge_derives_the_accumulation_from_the_inputs():
 def test_an_unknown_name_is_a_value_error():
     with pytest.raises(ValueError, match="check_call"):
         check_call("Torch.no_such_op", torch.randn(3))
+
+
+@pytest.mark.parametrize("function, name", [
+    (F.scaled_dot_product_attention, "Functional.scaled_dot_product_attention"),  # a C function of torch._C._nn
+    (F.linear, "Functional.linear"), (F.gelu, "Functional.gelu"), (torch.matmul, "Torch.matmul"),
+    (torch.Tensor.add, "Tensor.add"),
+])
+def test_a_torch_function_is_judged_by_its_table_row(function, name):
+    from pytest_npuprecision.check import _resolved
+
+    assert _resolved(function).api_name == name
