@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import norm_terms, softmax_terms
+from . import attention_terms, norm_terms, softmax_terms
 
 
 def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
@@ -167,6 +167,9 @@ class AccumulationRule:
     # result; and the same for input gradients given the output's gradient, by argument name
     term_norm: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
     grad_term_norms: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], Mapping[str, torch.Tensor]] | None = None
+    # per output element, and per input gradient by argument name: Accumulation.sensitivity
+    sensitivity: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
+    grad_sensitivities: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], Mapping[str, torch.Tensor]] | None = None
     arguments: tuple[str, ...] = ("input",)  # positional argument names, to find a gradient's argument
 
     def argument(self, path: str) -> str | None:
@@ -236,7 +239,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
         lambda a, k: _arg(a, k, 1, "key").shape[-2] + _arg(a, k, 0, "query").shape[-1],
         roundings=1,  # the probabilities are rounded to the input dtype before multiplying by V
         backward_length=lambda a, k: (_arg(a, k, 0, "query").shape[-2] + _arg(a, k, 1, "key").shape[-2]
-                                      + _arg(a, k, 0, "query").shape[-1])),
+                                      + _arg(a, k, 0, "query").shape[-1]),
+        grad_term_norms=attention_terms.gradient_terms,
+        sensitivity=attention_terms.forward_sensitivity, grad_sensitivities=attention_terms.gradient_sensitivities,
+        arguments=("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")),
     # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
     "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
     # torch_npu's fused ops (pytest_npuprecision.fused), named as after "NPU." in msprobe dumps.

@@ -31,11 +31,16 @@ class Accumulation:
         bound, and keeps elements that cancelled out of the relative-error metrics.
     roundings: how many intermediate results a fair implementation rounds to the output dtype
         (attention rounds its probabilities before multiplying by V); each adds u·scale.
+    sensitivity: optional, broadcastable to the output: per output element, how far it moves when
+        the intermediates a fair kernel rounds once each (not K times) move by one unit roundoff of
+        their own, e.g. exp's argument in a softmax of scores in the tens. It adds u_acc·sensitivity,
+        in the compute dtype's unit roundoff (float32's for half types, as fair kernels compute).
     """
 
     length: int = 1
     term_norm: torch.Tensor | None = None
     roundings: int = 0  # intermediate results rounded to the output dtype (fused ops, attention)
+    sensitivity: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ def compute_metrics(
     numel = flat_a.numel()
     acc = accumulation or Accumulation()
     term_norm = _flat_term_norm(acc.term_norm, actual.shape, device, work)
+    sensitivity = _flat_term_norm(acc.sensitivity, actual.shape, device, work)
     golden_rms = _finite_rms(flat_g, device, work) if numel else 0.0
     chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
     if numel == 0:
@@ -155,7 +161,8 @@ def compute_metrics(
     for start in range(0, numel, chunk):
         stop = start + chunk
         part = None if term_norm is None else term_norm[start:stop]
-        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, start, fmt, params, acc,
+        moved = None if sensitivity is None else sensitivity[start:stop]
+        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, moved, start, fmt, params, acc,
                                     golden_rms, work))
     return _combine(totals, actual, golden_rms)
 
@@ -216,7 +223,8 @@ def _first_true(mask: torch.Tensor, offset: int) -> torch.Tensor:
     return torch.where(mask.any(), index, _NONE)
 
 
-def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, params, acc, golden_rms, work):
+def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, offset, fmt: FloatFormat | None, params, acc, golden_rms,
+                    work):
     device = a_raw.device
     a = a_raw.to(work)
     g = g_raw.to(device=device, dtype=work)
@@ -265,6 +273,8 @@ def _chunk_partials(a_raw, g_raw, term_norm, offset, fmt: FloatFormat | None, pa
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
         floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
         bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
+        if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
+            bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
         bound_ratio = abs_err / bound
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
         growth = a.abs() - g_round.abs() if all_finite else torch.where(both, a.abs() - g_round.abs(), 0)

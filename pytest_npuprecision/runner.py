@@ -382,6 +382,17 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
 
 def _forward_accumulation(op, args, kwargs, golden: _Side, notes: list[str]) -> Accumulation:
     rule = ACCUMULATION_RULES.get(op.base_name)
+    accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
+    if rule is not None and rule.sensitivity is not None:
+        try:
+            sensitivity = rule.sensitivity(_rule_args(op, args), kwargs).to(golden.device)
+            accumulation = replace(accumulation, sensitivity=sensitivity)
+        except Exception as exc:
+            notes.append(f"sensitivity of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+    return accumulation
+
+
+def _forward_sums(op, rule: AccumulationRule | None, args, kwargs, golden: _Side, notes: list[str]) -> Accumulation:
     length = _forward_length(op, rule, args, kwargs, notes)
     if rule is not None and rule.term_norm is not None:
         try:
@@ -423,11 +434,14 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
         except Exception as exc:
             notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
     named: dict[str, torch.Tensor] = {}
-    if rule is not None and rule.grad_term_norms is not None and "output.0" in cotangents:
-        try:
-            named = dict(rule.grad_term_norms(_rule_args(op, args), kwargs, cotangents["output.0"]))
-        except Exception as exc:
-            notes.append(f"gradient term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+    moved: dict[str, torch.Tensor] = {}
+    for found, terms, what in ((named, rule and rule.grad_term_norms, "gradient term norms"),
+                               (moved, rule and rule.grad_sensitivities, "gradient sensitivities")):
+        if terms is not None and "output.0" in cotangents:
+            try:
+                found.update(terms(_rule_args(op, args), kwargs, cotangents["output.0"]))
+            except Exception as exc:
+                notes.append(f"{what} of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
     result = {}
     for path in grad_paths:
         numel = max(inputs[path].numel(), 1)
@@ -449,7 +463,9 @@ def _grad_accumulations(op, args, kwargs, golden: _Side, grad_paths, cotangents,
             norm = named[rule.argument(path)].to(golden.device)
         if norm is None and length > 1:
             norm = _broadcast_term_norm(op, args, kwargs, golden, path, inputs[path].shape, cotangents)
-        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm)
+        sensitivity = moved.get(rule.argument(path)) if rule is not None else None
+        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm,
+                                              sensitivity=None if sensitivity is None else sensitivity.to(golden.device))
     return result
 
 
