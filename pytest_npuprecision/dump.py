@@ -24,7 +24,6 @@ from typing import Any, Iterator
 
 from .arguments import (
     DecodedCall,
-    DescriptorError,
     MalformedDescriptor,
     UnsupportedDescriptor,
     decode_call,
@@ -435,8 +434,8 @@ def _has_nonfinite(value: Any, depth: int) -> bool:
     if not isinstance(value, dict):
         return False
     if value.get("type") == "torch.Tensor":
-        for stat in _STATISTICS:
-            number = value.get(stat)
+        for name in _STATISTICS:
+            number = value.get(name)
             if number.__class__ is float:
                 if number - number != 0:  # inf - inf and nan - nan are nan
                     return True

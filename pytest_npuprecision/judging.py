@@ -129,7 +129,7 @@ def _accumulation(name, op: str | None, accumulation: Accumulation | None,
         if name is None:
             raise ValueError("inputs= needs op=: the op says how its inputs accumulate")
         from .ops import resolve  # the tables of ops and their rules, only where a call is described
-        from .runner import accumulation_for
+        from .bounds import accumulation_for
 
         args, kwargs = inputs
         return accumulation_for(resolve(op if "." in op else f"Torch.{op}"), args, kwargs)
