@@ -131,8 +131,14 @@ def _accumulation(name, op: str | None, accumulation: Accumulation | None,
         from .ops import resolve  # the tables of ops and their rules, only where a call is described
         from .bounds import accumulation_for
 
+        # The API without index and direction ("Torch.matmul.0.forward" -> "Torch.matmul"); a bare
+        # name is torch's own ("matmul").
+        api = name.qualified if "." in name.qualified else f"Torch.{name.qualified}"
+        resolved = resolve(api)
+        if resolved.func is None and resolved.reference is None:
+            raise ValueError(f"inputs= cannot derive the accumulation of op {op!r}: {resolved.unsupported}")
         args, kwargs = inputs
-        return accumulation_for(resolve(op if "." in op else f"Torch.{op}"), args, kwargs)
+        return accumulation_for(resolved, args, kwargs)
     if accumulation is None and name is not None and name.bare in ACCUMULATION_RULES:
         raise ValueError(f"op {op!r} reduces: its error bound needs the reduction length. Pass the call's "
                          f"arguments as inputs=(args, kwargs), or accumulation=Accumulation(length, term_norms)")

@@ -61,6 +61,10 @@ def test_judge_derives_the_accumulation_from_the_inputs():
     assert judge(actual, golden, op="Torch.matmul", accumulation=Accumulation(1024)).status is Status.PASS
     with pytest.raises(ValueError, match="not both"):
         judge(actual, golden, op="Torch.matmul", inputs=((A, B), {}), accumulation=Accumulation(1024))
+    # A dump key names the same op: its length is still derived (it was 1, and the fair matmul failed).
+    assert judge(actual, golden, op="Torch.matmul.0.forward", inputs=((A, B), {})).status is Status.PASS
+    with pytest.raises(ValueError, match="cannot derive the accumulation"):
+        judge(actual, golden, op="Torch.no_such_op", inputs=((A, B), {}))
     sloppy = (A.bfloat16() @ B.bfloat16()).float()
     assert judge(sloppy, golden, op="Torch.matmul", inputs=((A, B), {})).status is Status.ERROR
 
