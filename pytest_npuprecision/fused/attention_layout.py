@@ -17,14 +17,14 @@ def check_layout(layout: str) -> str:
     return layout
 
 
+# Layouts one permutation away from [B, N, S, D] (TND: [N, T, D]); each is its own inverse.
+_SWAPS = {"BNSD": None, "BSND": (0, 2, 1, 3), "TND": (1, 0, 2)}
+
+
 def to_bnsd(t: torch.Tensor, layout: str, head_dim: int) -> torch.Tensor:
     """[B, N, S, D] for the 3-D and 4-D batch layouts; [N, T, D] for TND."""
-    if layout == "BNSD":
-        return t
-    if layout == "BSND":
-        return t.permute(0, 2, 1, 3)
-    if layout == "TND":
-        return t.permute(1, 0, 2)
+    if layout in _SWAPS:
+        return t if _SWAPS[layout] is None else t.permute(*_SWAPS[layout])
     if layout == "BSH":
         b, s, h = t.shape
         return t.reshape(b, s, h // head_dim, head_dim).permute(0, 2, 1, 3)
@@ -34,12 +34,8 @@ def to_bnsd(t: torch.Tensor, layout: str, head_dim: int) -> torch.Tensor:
 
 def from_bnsd(t: torch.Tensor, layout: str) -> torch.Tensor:
     """The inverse of ``to_bnsd`` for an output [B, N, S, Dv] (or [N, T, Dv] for TND)."""
-    if layout == "BNSD":
-        return t
-    if layout == "BSND":
-        return t.permute(0, 2, 1, 3)
-    if layout == "TND":
-        return t.permute(1, 0, 2)
+    if layout in _SWAPS:
+        return to_bnsd(t, layout, 0)
     b, n, s, d = t.shape
     if layout == "BSH":
         return t.permute(0, 2, 1, 3).reshape(b, s, n * d)
