@@ -14,17 +14,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import attention_terms, norm_terms, softmax_terms
-
-
-def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if name in kwargs:
-            return kwargs[name]
-    return args[index] if index < len(args) else default
+from .call_arguments import argument
 
 
 def _input(args, kwargs) -> torch.Tensor:
-    return _arg(args, kwargs, 0, "input", "self")
+    return argument(args, kwargs, 0, "input", "self")
 
 
 def _reduced(x: torch.Tensor, dim: Any) -> int:
@@ -38,10 +32,8 @@ def _reduced(x: torch.Tensor, dim: Any) -> int:
 
 
 def _softmax_length(args, kwargs) -> int:
-    x, dim = _input(args, kwargs), _arg(args, kwargs, 1, "dim")
-    if dim is None:  # torch's legacy implicit softmax dim
-        dim = 0 if x.dim() in (0, 1, 3) else 1
-    return x.shape[dim] if x.dim() else 1
+    x = _input(args, kwargs)
+    return x.shape[softmax_terms.softmax_dim(x, argument(args, kwargs, 1, "dim"))] if x.dim() else 1
 
 
 def _class_count(x: torch.Tensor) -> int:
@@ -53,25 +45,25 @@ def _loss_length(reduction_index: int, per_sample: Callable[[torch.Tensor], int]
     """A loss sums ``per_sample`` terms for each sample, and ``total`` unless reduction is 'none'."""
     def length(args, kwargs) -> int:
         x = _input(args, kwargs)
-        reduction = _arg(args, kwargs, reduction_index, "reduction", default="mean")
+        reduction = argument(args, kwargs, reduction_index, "reduction", default="mean")
         return per_sample(x) if reduction == "none" else max(total(x), 1)
     return length
 
 
 def _group_norm_length(args, kwargs) -> int:
     x = _input(args, kwargs)
-    return x.numel() // max(x.shape[0] * _arg(args, kwargs, 1, "num_groups"), 1)
+    return x.numel() // max(x.shape[0] * argument(args, kwargs, 1, "num_groups"), 1)
 
 
 def _batch_norm_length(args, kwargs) -> int:  # in eval mode it only applies the running statistics
     x = _input(args, kwargs)
-    training = _arg(args, kwargs, 5, "training", default=False)
+    training = argument(args, kwargs, 5, "training", default=False)
     return x.numel() // max(_class_count(x), 1) if training else 1
 
 
 def _cumsum_length(args, kwargs) -> int:  # the last element sums the whole dim; earlier ones fewer
     x = _input(args, kwargs)
-    return x.shape[_arg(args, kwargs, 1, "dim")] if x.dim() else 1
+    return x.shape[argument(args, kwargs, 1, "dim")] if x.dim() else 1
 
 
 class _CrossEntropy:
@@ -85,14 +77,14 @@ class _CrossEntropy:
 
     def __init__(self, args, kwargs):
         self.x = _input(args, kwargs).detach().double()
-        self.target = _arg(args, kwargs, 1, "target")
-        self.reduction = _arg(args, kwargs, 6, "reduction", default="mean")
-        self.smoothing = float(_arg(args, kwargs, 7, "label_smoothing", default=0.0) or 0.0)
+        self.target = argument(args, kwargs, 1, "target")
+        self.reduction = argument(args, kwargs, 6, "reduction", default="mean")
+        self.smoothing = float(argument(args, kwargs, 7, "label_smoothing", default=0.0) or 0.0)
         self.class_dim = 1 if self.x.dim() > 1 else 0
         self.share = torch.ones_like(self.x.sum(self.class_dim))  # each sample's weight in the reduction
         if self.indices:
-            weight = _arg(args, kwargs, 2, "weight")
-            valid = (self.target != _arg(args, kwargs, 4, "ignore_index", default=-100)).to(self.x.device)
+            weight = argument(args, kwargs, 2, "weight")
+            valid = (self.target != argument(args, kwargs, 4, "ignore_index", default=-100)).to(self.x.device)
             self.share = valid.double() if weight is None else \
                 torch.where(valid, weight.detach().double().to(self.x.device)[self.target.clamp(min=0)], 0.0)
 
@@ -138,9 +130,9 @@ def _fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[in
     head_num and input_layout follow each other: at 3 and 4 in the forward, at 4 and 5 in the grad op
     (dy is at 3).
     """
-    query, key = _arg(args, kwargs, 0, "query"), _arg(args, kwargs, 1, "key")
-    head_num = int(_arg(args, kwargs, head_num_index, "head_num"))
-    layout = _arg(args, kwargs, head_num_index + 1, "input_layout")
+    query, key = argument(args, kwargs, 0, "query"), argument(args, kwargs, 1, "key")
+    head_num = int(argument(args, kwargs, head_num_index, "head_num"))
+    layout = argument(args, kwargs, head_num_index + 1, "input_layout")
     if layout == "TND":
         return (_longest_sequence(kwargs.get("actual_seq_qlen"), query),
                 _longest_sequence(kwargs.get("actual_seq_kvlen"), key), query.shape[-1])
@@ -149,7 +141,7 @@ def _fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[in
 
 
 def _grouped_matmul_length(args, kwargs) -> int:  # K of the first x; k-axis groups sum over a part of it
-    x = _arg(args, kwargs, 0, "x")
+    x = argument(args, kwargs, 0, "x")
     return (x if isinstance(x, torch.Tensor) else x[0]).shape[-1]
 
 
@@ -193,28 +185,28 @@ def _centring(op: str) -> AccumulationRule:
 
 
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:
-    shape = _arg(args, kwargs, 1, "normalized_shape")
+    shape = argument(args, kwargs, 1, "normalized_shape")
     return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
 _MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
-_CONV = AccumulationRule(lambda a, k: _arg(a, k, 1, "weight")[0].numel(), added=(2, "bias"), squared=True)
-_SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")), squared=True)
-_STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 1, "dim")))
-_NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), _arg(a, k, 2, "dim")))
+_CONV = AccumulationRule(lambda a, k: argument(a, k, 1, "weight")[0].numel(), added=(2, "bias"), squared=True)
+_SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 1, "dim")), squared=True)
+_STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 1, "dim")))
+_NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim")))
 def _softmax(op: str) -> AccumulationRule:
     """softmax and log_softmax: the row's length, and term norms for exp's conditioning (softmax_terms.py)."""
     return AccumulationRule(_softmax_length, grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g))
 
 
-_NORMALIZED = AccumulationRule(lambda a, k: math.prod(_arg(a, k, 1, "normalized_shape")))
+_NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")))
 
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
-    "addmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
-    "baddbmm": AccumulationRule(lambda a, k: _arg(a, k, 1, "batch1").shape[-1], added=(0, "input"),
+    "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
+    "baddbmm": AccumulationRule(lambda a, k: argument(a, k, 1, "batch1").shape[-1], added=(0, "input"),
                                 squared=True),
-    "linear": AccumulationRule(lambda a, k: _arg(a, k, 1, "weight").shape[-1], added=(2, "bias"),
+    "linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"),
                                squared=True),
     "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
     "sum": _SUM,
@@ -224,7 +216,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "var": _STAT, "std": _STAT, "logsumexp": _STAT,
     "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
-    "npu_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 1, "gamma").numel()),
+    "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel()),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
     # Upper estimates: the log-sum-exp over classes and the mean over the batch.
@@ -236,23 +228,23 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "mse_loss": AccumulationRule(_loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),
     # Scores sum over the head dim, the weighted values over the key length; backward also over queries.
     "scaled_dot_product_attention": AccumulationRule(
-        lambda a, k: _arg(a, k, 1, "key").shape[-2] + _arg(a, k, 0, "query").shape[-1],
+        lambda a, k: argument(a, k, 1, "key").shape[-2] + argument(a, k, 0, "query").shape[-1],
         roundings=1,  # the probabilities are rounded to the input dtype before multiplying by V
-        backward_length=lambda a, k: (_arg(a, k, 0, "query").shape[-2] + _arg(a, k, 1, "key").shape[-2]
-                                      + _arg(a, k, 0, "query").shape[-1]),
+        backward_length=lambda a, k: (argument(a, k, 0, "query").shape[-2] + argument(a, k, 1, "key").shape[-2]
+                                      + argument(a, k, 0, "query").shape[-1]),
         grad_term_norms=attention_terms.gradient_terms,
         sensitivity=attention_terms.forward_sensitivity, grad_sensitivities=attention_terms.gradient_sensitivities,
         arguments=("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")),
     # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
     "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
     # torch_npu's fused ops (pytest_npuprecision.fused), named as after "NPU." in msprobe dumps.
-    "npu_add_rms_norm": AccumulationRule(lambda a, k: _arg(a, k, 2, "gamma").numel()),
+    "npu_add_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 2, "gamma").numel()),
     "npu_layer_norm_eval": _NORMALIZED,
     "npu_group_norm_silu": AccumulationRule(
-        lambda a, k: _input(a, k).numel() // max(_input(a, k).shape[0] * int(_arg(a, k, 3, "group")), 1)),
-    "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: _arg(a, k, 0, "x").shape[-1]),
-    "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: _arg(a, k, 0, "x").shape[-1]),
-    "npu_linear": AccumulationRule(lambda a, k: _arg(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
+        lambda a, k: _input(a, k).numel() // max(_input(a, k).shape[0] * int(argument(a, k, 3, "group")), 1)),
+    "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1]),
+    "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1]),
+    "npu_linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
     "npu_bmmV2": _MATMUL,
     # Each group is a matmul over K (or over its share of K when K is grouped).
     "npu_grouped_matmul": AccumulationRule(_grouped_matmul_length),

@@ -21,31 +21,27 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+from .call_arguments import argument
+
 # Vectorized kernels flush what falls below float32's normal range: that is a p's absolute accuracy.
 _UNDERFLOW_IN_U = 2.0 ** -126 / 2.0 ** -24  # float32's smallest normal, in units of its unit roundoff
-
-
-def _argument(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, default: Any = None) -> Any:
-    name = _NAMES[index]
-    return kwargs[name] if name in kwargs else (args[index] if index < len(args) else default)
 
 
 class _Attention:
     """The probabilities, and the relative error (in units of u) each fairly carries, in float64."""
 
     def __init__(self, args: Sequence[Any], kwargs: Mapping[str, Any]):
-        q, k, v = (_argument(args, kwargs, i).detach().double() for i in range(3))
+        q, k, v = (argument(args, kwargs, i, name).detach().double() for i, name in enumerate(("query", "key", "value")))
         if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
             raise ValueError("grouped-query shapes have no sensitivity here")  # the plain bound then
-        scale = _argument(args, kwargs, 6)
+        scale = argument(args, kwargs, 6, "scale")
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         scores = scale * q @ k.transpose(-2, -1)
-        mask = _argument(args, kwargs, 3)
+        mask = argument(args, kwargs, 3, "attn_mask")
         if mask is not None:
             mask = mask.to(q.device)
             scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask.double()
-        if _argument(args, kwargs, 5, False):
+        if argument(args, kwargs, 5, "is_causal", default=False):
             causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             scores = scores.masked_fill(~causal, -math.inf)
         self.p = torch.softmax(scores, -1).nan_to_num()

@@ -15,15 +15,11 @@ broadcastable to the output or gradient it scales.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
-
-def _arg(args: Sequence[Any], kwargs: Mapping[str, Any], index: int, name: str, default: Any = None) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if index < len(args) else default
+from .call_arguments import argument
 
 
 def _double(t: Any) -> torch.Tensor | None:
@@ -81,11 +77,11 @@ def _per_channel(t: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None
 
 
 def _batch_norm(args, kwargs) -> _Centred:
-    x = _double(_arg(args, kwargs, 0, "input"))
-    running_mean, running_var = _double(_arg(args, kwargs, 1, "running_mean")), _double(_arg(args, kwargs, 2, "running_var"))
-    weight, bias = _double(_arg(args, kwargs, 3, "weight")), _double(_arg(args, kwargs, 4, "bias"))
-    training = bool(_arg(args, kwargs, 5, "training", False)) or running_mean is None
-    eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
+    x = _double(argument(args, kwargs, 0, "input"))
+    running_mean, running_var = _double(argument(args, kwargs, 1, "running_mean")), _double(argument(args, kwargs, 2, "running_var"))
+    weight, bias = _double(argument(args, kwargs, 3, "weight")), _double(argument(args, kwargs, 4, "bias"))
+    training = bool(argument(args, kwargs, 5, "training", default=False)) or running_mean is None
+    eps = float(argument(args, kwargs, 7, "eps", default=1e-5))
     dims = tuple(d for d in range(x.dim()) if d != 1)
     if training:
         mean, spread, invstd = _statistics(x, dims, eps)
@@ -96,20 +92,20 @@ def _batch_norm(args, kwargs) -> _Centred:
 
 
 def _instance_norm(args, kwargs) -> _Centred:
-    x = _double(_arg(args, kwargs, 0, "input"))
-    weight, bias = _double(_arg(args, kwargs, 3, "weight")), _double(_arg(args, kwargs, 4, "bias"))
-    eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
+    x = _double(argument(args, kwargs, 0, "input"))
+    weight, bias = _double(argument(args, kwargs, 3, "weight")), _double(argument(args, kwargs, 4, "bias"))
+    eps = float(argument(args, kwargs, 7, "eps", default=1e-5))
     dims = tuple(range(2, x.dim()))
     mean, spread, invstd = _statistics(x, dims, eps)
     return _Centred(x, mean, spread, invstd, _ones_or(_per_channel(weight, x), x), _per_channel(bias, x), dims, True)
 
 
 def _layer_norm(args, kwargs) -> _Centred:
-    x = _double(_arg(args, kwargs, 0, "input"))
-    shape = _arg(args, kwargs, 1, "normalized_shape")
+    x = _double(argument(args, kwargs, 0, "input"))
+    shape = argument(args, kwargs, 1, "normalized_shape")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    weight, bias = _double(_arg(args, kwargs, 2, "weight")), _double(_arg(args, kwargs, 3, "bias"))
-    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    weight, bias = _double(argument(args, kwargs, 2, "weight")), _double(argument(args, kwargs, 3, "bias"))
+    eps = float(argument(args, kwargs, 4, "eps", default=1e-5))
     dims = tuple(range(x.dim() - len(shape), x.dim()))
     mean, spread, invstd = _statistics(x, dims, eps)
     expand = (lambda t: None if t is None else t.expand(x.shape))
@@ -117,10 +113,10 @@ def _layer_norm(args, kwargs) -> _Centred:
 
 
 def _group_norm(args, kwargs) -> _Centred:
-    x = _double(_arg(args, kwargs, 0, "input"))
-    groups = int(_arg(args, kwargs, 1, "num_groups"))
-    weight, bias = _double(_arg(args, kwargs, 2, "weight")), _double(_arg(args, kwargs, 3, "bias"))
-    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    x = _double(argument(args, kwargs, 0, "input"))
+    groups = int(argument(args, kwargs, 1, "num_groups"))
+    weight, bias = _double(argument(args, kwargs, 2, "weight")), _double(argument(args, kwargs, 3, "bias"))
+    eps = float(argument(args, kwargs, 4, "eps", default=1e-5))
     mean, spread, invstd = _statistics(x, (2,), eps, groups)
     return _Centred(x, mean, spread, invstd, _ones_or(_per_channel(weight, x), x), _per_channel(bias, x), (2,), True,
                     groups)
@@ -177,7 +173,7 @@ def gradient_terms(op: str, args, kwargs, cotangent: torch.Tensor) -> dict[str, 
 def _parameter_shape(op: str, args, kwargs, x: torch.Tensor) -> tuple[int, ...] | None:
     """The weight's shape as broadcast over the input: [1, C, 1, ...] or the normalized shape."""
     if op == "layer_norm":
-        shape = _arg(args, kwargs, 1, "normalized_shape")
+        shape = argument(args, kwargs, 1, "normalized_shape")
         return (shape,) if isinstance(shape, int) else tuple(shape)
     return (1, x.shape[1]) + (1,) * (x.dim() - 2) if x.dim() >= 2 else None
 

@@ -14,14 +14,17 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from .call_arguments import argument
+
+
+def softmax_dim(x: torch.Tensor, dim: int | None) -> int:
+    """The dim softmax normalizes: ``dim``, or torch's legacy implicit one."""
+    return (0 if x.dim() in (0, 1, 3) else 1) if dim is None else dim
+
 
 def _parts(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[torch.Tensor, int]:
-    x = args[0] if args else kwargs.get("input", kwargs.get("self"))
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    x = x.detach().double()
-    if dim is None:  # torch's legacy implicit softmax dim
-        dim = 0 if x.dim() in (0, 1, 3) else 1
-    return x, dim
+    x = argument(args, kwargs, 0, "input", "self").detach().double()
+    return x, softmax_dim(x, argument(args, kwargs, 1, "dim"))
 
 
 def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
