@@ -17,6 +17,7 @@ _EXPORTS = {
     "CallVerdict": "check", "assert_call_precise": "check", "check_call": "check",
     "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
     "precision_case": "opcases.plugin",
+    "input_spread": "perturbed",
     "Rules": "rules",
     "Check": "verdict", "Element": "verdict", "Status": "verdict", "Verdict": "verdict", "render_message": "verdict",
 }

@@ -7,6 +7,7 @@ would need the op's internals.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -191,8 +192,18 @@ def _normalized_shape(args, kwargs) -> tuple[int, ...]:
 
 _MATMUL = AccumulationRule(lambda a, k: _input(a, k).shape[-1], squared=True)
 _CONV = AccumulationRule(lambda a, k: argument(a, k, 1, "weight")[0].numel(), added=(2, "bias"), squared=True)
+# A transposed convolution's weight is (in, out / groups, *kernel): each output sums at most
+# in / groups channels over the whole kernel.
+_CONV_TRANSPOSE = AccumulationRule(
+    lambda a, k: argument(a, k, 1, "weight")[:, 0].numel() // max(int(argument(a, k, 6, "groups", default=1)), 1),
+    added=(2, "bias"), squared=True)
 _SUM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 1, "dim")), squared=True)
 _STAT = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 1, "dim")))
+def _statistic(op: str) -> AccumulationRule:
+    return AccumulationRule(_STAT.length,
+                            grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g))
+
+
 _NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim")))
 def _softmax(op: str) -> AccumulationRule:
     """softmax and log_softmax: the row's length, and term norms for exp's conditioning (softmax_terms.py)."""
@@ -201,7 +212,24 @@ def _softmax(op: str) -> AccumulationRule:
 
 _NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")))
 
+# The distance and multi-class losses sum each sample's features before the batch.
+_PER_SAMPLE_FEATURES = frozenset({"triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss",
+                                  "multilabel_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss"})
+_LOSSES = ("binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "l1_loss", "smooth_l1_loss",
+           "huber_loss", "soft_margin_loss", "hinge_embedding_loss", "margin_ranking_loss", "poisson_nll_loss",
+           "gaussian_nll_loss", "ctc_loss", *_PER_SAMPLE_FEATURES)
+
+
+def _loss(name: str) -> AccumulationRule:
+    """A loss is a mean (or sum) of terms that may cancel: its length is every term it adds up, found
+    by the position of ``reduction`` in the functional's own signature."""
+    position = list(inspect.signature(getattr(torch.nn.functional, name)).parameters).index("reduction")
+    per_sample = (lambda x: x.shape[-1] if x.dim() else 1) if name in _PER_SAMPLE_FEATURES else (lambda x: 1)
+    return AccumulationRule(_loss_length(position, per_sample=per_sample, total=lambda x: x.numel()))
+
+
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
+    **{name: _loss(name) for name in _LOSSES},
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
     "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
     "baddbmm": AccumulationRule(lambda a, k: argument(a, k, 1, "batch1").shape[-1], added=(0, "input"),
@@ -209,12 +237,17 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"),
                                squared=True),
     "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
+    "conv_transpose1d": _CONV_TRANSPOSE, "conv_transpose2d": _CONV_TRANSPOSE, "conv_transpose3d": _CONV_TRANSPOSE,
     "sum": _SUM,
     "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
     "cumsum": AccumulationRule(_cumsum_length, squared=True),
     "norm": _NORM, "vector_norm": _NORM,
-    "var": _STAT, "std": _STAT, "logsumexp": _STAT,
-    "softmax": _softmax("softmax"), "log_softmax": _softmax("log_softmax"),
+    # Distances and similarities sum over one dim of their inputs: the feature dim.
+    "cosine_similarity": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1))),
+    "pairwise_distance": AccumulationRule(lambda a, k: _input(a, k).shape[-1] if _input(a, k).dim() else 1),
+    "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
+    "var": _statistic("var"), "std": _statistic("std"), "logsumexp": _STAT,
+    "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel()),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),

@@ -253,6 +253,6 @@ def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...]
             recorded: Metrics | None, overflowed: str | None) -> OutputVerdict:
     baseline = out.baseline if out.baseline is not None else recorded
     verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation or Accumulation(),
-                    rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype)
+                    rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype, spread=out.spread)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

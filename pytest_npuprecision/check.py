@@ -65,7 +65,7 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,
                                     overflowed=run.overflowed if direction == "backward" else None,
-                                    dtype=out.judged_dtype))
+                                    dtype=out.judged_dtype, spread=out.spread))
                    for direction, outs in (("forward", run.outputs), ("backward", run.grads)) for out in outs)
     return CallVerdict(resolved.api_name, judged, tuple(run.notes))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -12,6 +12,7 @@ from .accumulation import ACCUMULATION_RULES
 from .dtypes import float_format, parse_dtype
 from .metrics import Accumulation, Metrics, compute_metrics
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
+from .second_look import widened
 from .standards import Subject, beside_baseline, inf_nan_gate, select
 from .verdict import Element, Status, Verdict, render_message
 
@@ -29,6 +30,7 @@ def judge(
     notes: tuple[str, ...] = (),
     overflowed: str | None = None,
     inputs: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+    spread: torch.Tensor | Callable[[], torch.Tensor | str | None] | None = None,
 ) -> Verdict:
     """Judge a device-under-test output against a high-precision golden.
 
@@ -45,6 +47,10 @@ def judge(
     overflowed: what overflowed upstream of this output, fairly for its dtype (the forward of a
     gradient): then infs where the exact result is finite, and nothing else wrong, are an overflow,
     not an error. Without it they are an error: a kernel may not invent an inf.
+    spread: per element, how far the exact result moves when the inputs move by their dtype's
+    rounding (or a function that measures it, called only when needed, returning a reason string
+    where it cannot). A failing output without a baseline is then judged again, its elements within
+    a few spreads excused: the second look (second_look.py). Dump cases and check_call measure it.
     """
     rules = rules or Rules.default()
     actual = _tensor(actual, "actual")
@@ -73,52 +79,102 @@ def judge(
     accumulation = _accumulation(name, op, accumulation, inputs)
     if rules.roundings(name) > accumulation.roundings:
         accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
-    params = rules.params(target)
-    metrics = compute_metrics(actual, golden, params, accumulation)
-    base_metrics = compute_metrics(baseline, golden, params, accumulation) if baseline is not None else recorded
-    subject = Subject(name, target, rule, base_metrics is not None)
-    chosen = select(subject, standard)
-    floor = rules.benchmark_floor(target)
-    checks = chosen.checks(metrics, rules.limits_for(chosen.name, target, rule), base_metrics, floor)
-    label, worst_field, forgiven = chosen.name, chosen.worst, []
-    worst_standard = chosen
-    if base_metrics is not None and standard is None and chosen.name == "benchmark":
-        own = select(dataclasses.replace(subject, has_baseline=False))
-        own_checks, forgiven = beside_baseline(own, metrics, base_metrics,
-                                               rules.limits_for(own.name, target, rule), floor)
-        if _fails(own_checks) and not _fails(checks):
-            worst_field = own.worst  # only the own standard fails it: point at its worst element
-            worst_standard = own
-        checks, label = checks + own_checks, f"benchmark+{own.name}"
-    if target.is_floating_point:
-        checks.insert(0, inf_nan_gate(metrics))
-    if overflowed is not None and _only_overflow(checks, metrics):
-        checks[0] = dataclasses.replace(checks[0], status=Status.OVERFLOW)
-    status = Status.worst(c.status for c in checks)
-    if checks[0].metric == "nonfinite_mismatch" and checks[0].status in (Status.ERROR, Status.OVERFLOW):
-        worst_field = "nonfinite"
-    elif metrics.range_overflow and status is not Status.ERROR:
-        # The result itself left the dtype's range, fairly: not an error, but what overflow hunters look for.
-        status, worst_field = Status.OVERFLOW, "range_overflow"
-        overflowed = (f"{metrics.range_overflow} element(s) overflowed {str(target).removeprefix('torch.')} "
-                      f"fairly: the exact result is past its largest value")
-    all_notes = tuple(notes) + _notes(actual, golden, metrics, base_metrics) + tuple(forgiven)
-    if status is Status.OVERFLOW:
-        all_notes += (overflowed,)
-    return Verdict(
-        status=status,
-        standard=label,
-        op=op.strip() if op is not None else None,
-        dtype=str(target).removeprefix("torch."),
-        shape=tuple(actual.shape),
-        checks=tuple(checks),
-        metrics=metrics,
-        baseline_metrics=base_metrics,
-        worst=_with_allowance(_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
-                              worst_standard.name if worst_field == worst_standard.worst else None, metrics, params,
-                              rules.limits_for(worst_standard.name, target, rule), target),
-        notes=all_notes,
-    )
+    judged = _Judgement(rules, name, op, target, rule, accumulation, standard, tuple(notes), overflowed)
+    first = judged.verdict(actual, golden, baseline, recorded)
+    # With a baseline, its own error shows what these inputs allow a fair kernel: no second look.
+    if spread is None or first.status is not Status.ERROR or first.standard == "binary" \
+            or baseline is not None or recorded is not None \
+            or first.checks[0].metric == "nonfinite_mismatch" and first.checks[0].status is Status.ERROR:
+        return first
+    return _second_look(judged, first, actual, golden, spread)
+
+
+def _second_look(judged: "_Judgement", first: Verdict, actual, golden, spread) -> Verdict:
+    """The failing verdict judged again against goldens widened by the op's conditioning: the second
+    verdict where it passes, else the first with a note of how little conditioning explains."""
+    spread = spread() if callable(spread) else spread
+    if spread is None:
+        return first
+    if isinstance(spread, str):  # why the spread could not be measured
+        return dataclasses.replace(first, notes=first.notes + (f"second look not taken: {spread}",))
+    _check_shape(spread, actual, "spread")
+    moved, excused = widened(actual, golden, spread)
+    if excused is None:
+        return dataclasses.replace(first, notes=first.notes + (
+            "second look: the op's conditioning at these inputs explains no element's error",))
+    second = judged.verdict(actual, moved, None, None)
+    if second.status is Status.ERROR:
+        return dataclasses.replace(first, notes=first.notes + (
+            excused.describe() + "; the rest still fail: " + "; ".join(c.describe() for c in second.failures
+                                                                      if c.status is Status.ERROR),))
+    return dataclasses.replace(second, notes=second.notes + (excused.describe(),), excused=excused)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Judgement:
+    """Everything a verdict depends on besides the tensors: judged once, or twice by the second look."""
+
+    rules: Rules
+    name: OpName | None
+    op: str | None
+    target: torch.dtype
+    rule: Any
+    accumulation: Accumulation
+    standard: str | None
+    notes: tuple[str, ...]
+    overflowed: str | None
+
+    def verdict(self, actual, golden, baseline, recorded) -> Verdict:
+        rules, name, target, rule, standard = self.rules, self.name, self.target, self.rule, self.standard
+        overflowed = self.overflowed
+        params = rules.params(target)
+        metrics = compute_metrics(actual, golden, params, self.accumulation)
+        base_metrics = recorded
+        if baseline is not None:
+            base_metrics = compute_metrics(baseline, golden, params, self.accumulation)
+        subject = Subject(name, target, rule, base_metrics is not None)
+        chosen = select(subject, standard)
+        floor = rules.benchmark_floor(target)
+        checks = chosen.checks(metrics, rules.limits_for(chosen.name, target, rule), base_metrics, floor)
+        label, worst_field, forgiven = chosen.name, chosen.worst, []
+        worst_standard = chosen
+        if base_metrics is not None and standard is None and chosen.name == "benchmark":
+            own = select(dataclasses.replace(subject, has_baseline=False))
+            own_checks, forgiven = beside_baseline(own, metrics, base_metrics,
+                                                   rules.limits_for(own.name, target, rule), floor)
+            if _fails(own_checks) and not _fails(checks):
+                worst_field = own.worst  # only the own standard fails it: point at its worst element
+                worst_standard = own
+            checks, label = checks + own_checks, f"benchmark+{own.name}"
+        if target.is_floating_point:
+            checks.insert(0, inf_nan_gate(metrics))
+        if overflowed is not None and _only_overflow(checks, metrics):
+            checks[0] = dataclasses.replace(checks[0], status=Status.OVERFLOW)
+        status = Status.worst(c.status for c in checks)
+        if checks[0].metric == "nonfinite_mismatch" and checks[0].status in (Status.ERROR, Status.OVERFLOW):
+            worst_field = "nonfinite"
+        elif metrics.range_overflow and status is not Status.ERROR:
+            # The result itself left the dtype's range, fairly: not an error, but what overflow hunters look for.
+            status, worst_field = Status.OVERFLOW, "range_overflow"
+            overflowed = (f"{metrics.range_overflow} element(s) overflowed {str(target).removeprefix('torch.')} "
+                          f"fairly: the exact result is past its largest value")
+        all_notes = self.notes + _notes(actual, golden, metrics, base_metrics) + tuple(forgiven)
+        if status is Status.OVERFLOW:
+            all_notes += (overflowed,)
+        return Verdict(
+            status=status,
+            standard=label,
+            op=self.op.strip() if self.op is not None else None,
+            dtype=str(target).removeprefix("torch."),
+            shape=tuple(actual.shape),
+            checks=tuple(checks),
+            metrics=metrics,
+            baseline_metrics=base_metrics,
+            worst=_with_allowance(_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
+                                  worst_standard.name if worst_field == worst_standard.worst else None, metrics,
+                                  params, rules.limits_for(worst_standard.name, target, rule), target),
+            notes=all_notes,
+        )
 
 
 def _accumulation(name, op: str | None, accumulation: Accumulation | None,

@@ -93,7 +93,7 @@ class Metrics:
     max_ulp_err: float
     mean_ulp_err: float
     ulp_over_ratio: float
-    thousandth_ratio: float
+    thousandth_ratio: float  # share within thousandth_rtol, or within the element's error bound
     cosine: float
     max_bound_ratio: float  # error divided by the error bound of the computation
     mean_bound_ratio: float
@@ -292,7 +292,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, offset, fmt: FloatForm
         abs_err.sum(), torch.dot(abs_err, abs_err), count(normal), rel.sum(), count(rel > params.rtol),
         count(small), count(small & (abs_err > params.small_value_atol)), count(signed > 0), count(signed < 0),
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
-        count((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) & both),
+        count(((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) | (bound_ratio <= 1)) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
     )])

@@ -181,3 +181,29 @@ def _parameter_shape(op: str, args, kwargs, x: torch.Tensor) -> tuple[int, ...] 
 def _summed_norm(terms: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     norm = terms.square().sum_to_size(shape).sqrt()
     return norm.reshape(-1) if len(shape) > 1 and shape[0] == 1 else norm
+
+
+def statistic_gradient_terms(op: str, args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    """var's input gradient 2 (x - mean) g / (N - correction) (std's, over 2 std) cancels in x - mean
+    as a centring normalization does: its terms scale with |x| + mean |x|, not with the result."""
+    x = _double(argument(args, kwargs, 0, "input", "self"))
+    dim = argument(args, kwargs, 1, "dim")
+    if x is None or not x.numel():
+        return {}
+    if dim is None or isinstance(dim, bool) or (isinstance(dim, (list, tuple)) and not dim):
+        dims = tuple(range(x.dim()))  # all of them (a bool at 1 is the legacy ``unbiased``)
+    else:
+        dims = tuple(d % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else (dim,)))
+    count = 1
+    for d in dims:
+        count *= x.shape[d] if x.dim() else 1
+    correction = kwargs.get("correction", 1 if kwargs.get("unbiased", True) else 0)
+    g = cotangent.detach().double().to(x.device)
+    for d in sorted(dims):  # the reduced dims back, where keepdim dropped them
+        if g.dim() < x.dim():
+            g = g.unsqueeze(d)
+    terms = 2 * (x.abs() + x.abs().mean(dims, keepdim=True)) * g.abs() / max(count - float(correction or 0), 1.0)
+    if op == "std":
+        std = x.var(dims, correction=correction, keepdim=True).sqrt()
+        terms = terms / (2 * std).clamp(min=torch.finfo(torch.float64).tiny)
+    return {"input": terms.expand(x.shape)}

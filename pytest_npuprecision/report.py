@@ -8,6 +8,7 @@ the known-failures file.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import platform
 import time
@@ -90,6 +91,8 @@ def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
         "worst": None if verdict.worst is None else {"index": list(verdict.worst.index), "actual": verdict.worst.actual,
                                                       "golden": verdict.worst.golden},
         "profile": None if profile is None else profile.as_dict(),
+        # What the second look excused, where it turned a failure into a pass (second_look.py).
+        "excused": None if verdict.excused is None else dataclasses.asdict(verdict.excused),
     }
 
 
@@ -306,6 +309,11 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     sections = _docs_sections(unexpected, statuses)
     if sections:
         lines.append(f"docs: {', '.join(sections)}")
+    second = [r for r in records if any(o.get("excused") for o in r["outputs"])]
+    if second:
+        lines.append(f"second look: {len(second)} cases pass because the op's conditioning at their inputs explains "
+                     f"their error: " + ", ".join(r["case_id"] for r in second[:_LISTED]))
+        lines += _more(second, "cases passed on the second look")
     overflowed = [r for r in records if r["status"] == "overflow"]
     lines += [f"overflow: {r['case_id']}: {_overflow_text(r)}" for r in overflowed[:_LISTED]]
     lines += _more(overflowed, "overflows")

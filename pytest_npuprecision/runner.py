@@ -24,6 +24,7 @@ import torch
 from .backends import Backend, auto_backend, load_backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
+from .perturbed import GoldenSpread
 from .recorded import RecordedResults, leaf_gradients, positional_gradients
 from .bounds import forward_accumulation, grad_accumulations
 from .sides import OpExecutionError, Forward, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths
@@ -39,6 +40,8 @@ class RunOutput:
     accumulation: Accumulation | None = None  # None for integer and bool outputs
     baseline: torch.Tensor | None = None  # the same output from a live baseline, in the device's dtype
     judged_dtype: torch.dtype | None = None  # the precision it was computed in, where autocast cast it up after
+    # How far the golden moves when the inputs move by their rounding, measured on first call (the second look).
+    spread: Callable[[], torch.Tensor | str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,36 +63,12 @@ class RunResult:
         return self.error is None
 
 
-
-
 def default_device() -> torch.device:
     """npu when torch_npu imports and sees a device, else cuda when available, else cpu."""
     return auto_backend().device
 
 
 # ---------------------------------------------------------------- one side of a run
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Tensor | None] | None,
@@ -127,26 +106,6 @@ def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Ten
 
 
 # ---------------------------------------------------------------- accumulation
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------- pairing device and golden
@@ -213,10 +172,6 @@ def _grad_paths(args, kwargs, backward: bool, requires_grad: Collection[int | st
         notes.append(f"no float input of {op.api_name} requires grad; backward skipped: "
                      f"set requires_grad on the inputs or pass their positions")
     return paths
-
-
-
-
 
 
 def _autocast_precision(grads: list[RunOutput], rounds_to: torch.dtype | None, notes: list[str]) -> list[RunOutput]:
@@ -378,6 +333,9 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
             grads = _with_baseline(grads, base_side, _named_grads(base_grads), notes)
         grads = _autocast_precision(grads, golden_side.rounds_to, notes)
         error = error or grad_error
+    spread = GoldenSpread(golden_op, args, kwargs, golden_side, grad_paths if grads else (), cotangents, seed)
+    outputs = [replace(o, spread=spread.of(o.name, o.golden)) if o.accumulation is not None else o for o in outputs]
+    grads = [replace(g, spread=spread.of(g.name, g.golden)) if g.accumulation is not None else g for g in grads]
     return RunResult(
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,

@@ -34,7 +34,8 @@ class Side:
     autocast: torch.dtype | None = None  # device and baseline only
     seed: int = 0
     rounds_to: torch.dtype | None = None  # golden of an autocast call: wider float inputs first rounded to this
-
+    # The second look only (perturbed.py): moves each float input by a share of its own dtype's rounding.
+    jitter: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -49,7 +50,7 @@ class Side:
         source = t.detach()
         if self.rounds_to is not None and t.is_floating_point() and t.dtype.itemsize > self.rounds_to.itemsize:
             source = source.to(self.rounds_to)  # as autocast casts a float32 weight before a bfloat16 matmul
-        source = source.to(dtype)
+        source = source.to(dtype) if self.jitter is None else self.jitter(source, dtype)
         placed = self.backend.to_device(source)
         # In-place ops and methods must never write into the caller's tensors, whatever the backend does.
         if placed.device == t.device and placed.data_ptr() == t.data_ptr() and t.numel():

@@ -1,4 +1,4 @@
-"""Term norms of softmax's and log_softmax's input gradients: where a fair kernel's error comes from.
+"""Term norms of softmax's, softmin's and log_softmax's input gradients: where a fair kernel's error comes from.
 
 Backward runs from the saved output, rounded to its dtype. softmax's dx = y * (g - sum(y g)) cancels
 where g_i is near the row's weighted mean, and carries y's rounding into both terms: a fair float16
@@ -30,6 +30,8 @@ def _parts(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[torch.Tensor
 def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
                    cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
     x, dim = _parts(args, kwargs)
+    if op == "softmin":  # softmax of -x: the same terms of its own output
+        x = -x
     g = cotangent.detach().double().to(x.device)
     y = torch.softmax(x, dim).nan_to_num()
     if op == "log_softmax":

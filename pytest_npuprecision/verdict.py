@@ -9,6 +9,7 @@ import torch
 
 from .docs_links import failure_sections
 from .metrics import Metrics
+from .second_look import Excused
 
 
 class Status(str, enum.Enum):
@@ -77,6 +78,7 @@ class Verdict:
     baseline_metrics: Metrics | None = None
     worst: Element | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    excused: Excused | None = None  # what the second look excused, where it turned a failure into a pass
 
     @property
     def passed(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision import Accumulation
+from pytest_npuprecision import Accumulation, input_spread
 
 
 @dataclass(frozen=True)
@@ -183,3 +183,10 @@ def evaluate(spec: OpSpec, dtype: torch.dtype) -> Evaluated:
     inputs = spec.inputs()
     return Evaluated(spec.run(inputs, dtype), spec.golden(inputs, dtype), spec.baseline(inputs, dtype),
                      spec.accumulation(inputs, dtype))
+
+
+@lru_cache(maxsize=None)
+def spread(spec: OpSpec, dtype: torch.dtype) -> torch.Tensor | None:
+    """How far the op's float64 result moves when its inputs move by their dtype's rounding."""
+    inputs = tuple(x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x for x in spec.inputs())
+    return input_spread(spec.fn, inputs, golden=evaluate(spec, dtype).golden)

@@ -12,3 +12,9 @@ import torch._dynamo  # noqa: E402,F401
 
 if torch.distributed.is_available():
     import torch.distributed.tensor  # noqa: F401
+
+# The same for the plugin's own modules: an in-process run that first imports settings.py would leave
+# the next run a fresh Backend class, and settings made by one would fail isinstance in the other.
+import pytest_npuprecision.active  # noqa: E402,F401
+import pytest_npuprecision.opcases.plugin  # noqa: E402,F401
+import pytest_npuprecision.settings  # noqa: E402,F401

@@ -174,6 +174,7 @@ def test_the_failure_message(tmp_path):
           worst element [0]: actual 2, golden 1
             error there: 1 absolute, 1 relative; the standard allows 1.23e-06
           compared: actual vs golden
+          note: second look: the op's conditioning at these inputs explains no element's error
           docs: docs/standards.md#error-bound
         device cpu vs golden: test_op_cases.identity in float64 on cpu
         regression case written: regressions/{name} (rerun it alone: pytest regressions/{name})""")

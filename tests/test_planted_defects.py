@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from clean_ops import CLEAN_OPS, DTYPES, OpSpec, evaluate
+from clean_ops import CLEAN_OPS, DTYPES, OpSpec, evaluate, spread
 from defects import OUTPUT_DEFECTS, gelu_tanh, low_precision_matmul, saturate, sequential_sum
-from pytest_npuprecision import Accumulation, Status, judge, render_message
+from pytest_npuprecision import Accumulation, Status, input_spread, judge, render_message
 
 FLOAT_OPS = [spec for spec in CLEAN_OPS if spec.name != "argmax"]
 SCALAR_LOSSES = {"cross_entropy", "mse_loss"}
@@ -51,15 +51,18 @@ def _cases(with_blind_spots: bool):
                     yield pytest.param(spec, dtype, defect, id=f"{spec.name}-{k}-{str(dtype)[6:]}-{defect}")
 
 
-def _judge(spec, dtype, defect, baseline: bool):
+def _judge(spec, dtype, defect, baseline: bool, second_look: bool = False):
     run = evaluate(spec, dtype)
     return judge(OUTPUT_DEFECTS[defect](run.actual), run.golden, op=spec.name, accumulation=run.accumulation,
-                 baseline=run.baseline if baseline else None)
+                 baseline=run.baseline if baseline else None, spread=spread(spec, dtype) if second_look else None)
 
 
+# With the second look, a failing output is judged again against the spread that rounding its inputs
+# causes (second_look.py): no planted defect may hide in it.
+@pytest.mark.parametrize("second_look", [False, True], ids=["", "second-look"])
 @pytest.mark.parametrize("spec, dtype, defect", list(_cases(with_blind_spots=False)))
-def test_defect_fails_without_a_baseline(spec, dtype, defect):
-    verdict = _judge(spec, dtype, defect, baseline=False)
+def test_defect_fails_without_a_baseline(spec, dtype, defect, second_look):
+    verdict = _judge(spec, dtype, defect, baseline=False, second_look=second_look)
     assert verdict.status is Status.ERROR, render_message(verdict)
 
 
@@ -99,6 +102,9 @@ def test_sum_without_a_float32_accumulator_fails(dtype, k):
     assert judge(x.sum(-1), golden, op="sum", accumulation=accumulation).status is Status.PASS
     verdict = judge(sequential_sum(x), golden, op="sum", accumulation=accumulation)
     assert verdict.status is Status.ERROR, render_message(verdict)
+    spread = input_spread(lambda t: t.sum(-1), (x,))
+    verdict = judge(sequential_sum(x), golden, op="sum", accumulation=accumulation, spread=spread)
+    assert verdict.status is Status.ERROR, render_message(verdict)
     with_baseline = judge(sequential_sum(x), golden, op="sum", accumulation=accumulation, baseline=x.sum(-1))
     assert with_baseline.status is Status.ERROR
 
@@ -113,6 +119,9 @@ def test_matmul_without_a_float32_accumulator_fails(dtype):
     assert judge(a @ b, golden, op="matmul", accumulation=accumulation).status is Status.PASS
     verdict = judge(low_precision_matmul(a, b), golden, op="matmul", accumulation=accumulation)
     assert verdict.status is Status.ERROR, render_message(verdict)
+    verdict = judge(low_precision_matmul(a, b), golden, op="matmul", accumulation=accumulation,
+                    spread=input_spread(torch.matmul, (a, b)))
+    assert verdict.status is Status.ERROR, render_message(verdict)
 
 
 def test_gelu_tanh_approximation_in_place_of_erf_fails_in_float32():
@@ -120,6 +129,8 @@ def test_gelu_tanh_approximation_in_place_of_erf_fails_in_float32():
     golden = torch.nn.functional.gelu(x.double())
     assert judge(torch.nn.functional.gelu(x), golden, op="Functional.gelu").status is Status.PASS
     verdict = judge(gelu_tanh(x), golden, op="Functional.gelu")
+    assert verdict.status is Status.ERROR, render_message(verdict)
+    verdict = judge(gelu_tanh(x), golden, op="Functional.gelu", spread=input_spread(torch.nn.functional.gelu, (x,)))
     assert verdict.status is Status.ERROR, render_message(verdict)
     assert judge(gelu_tanh(x), golden, op="Functional.gelu", baseline=torch.nn.functional.gelu(x)).status is Status.ERROR
 

@@ -80,7 +80,7 @@ def check_severity(check: Check) -> float:
 
 def _judged(out, op: str, target: Target, notes: tuple[str, ...]) -> OutputVerdict:
     verdict = judge(out.actual, out.golden, baseline=out.baseline, op=op, accumulation=out.accumulation or Accumulation(),
-                    rules=target.rules, notes=notes)
+                    rules=target.rules, notes=notes, spread=out.spread)
     # The error profile draws the report's plots; only outputs that do not pass need one.
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)
