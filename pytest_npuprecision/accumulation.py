@@ -37,6 +37,12 @@ def _softmax_length(args, kwargs) -> int:
     return x.shape[softmax_terms.softmax_dim(x, argument(args, kwargs, 1, "dim"))] if x.dim() else 1
 
 
+def _over_last_dim(args, kwargs) -> bool:
+    """softmax normalizes runs of consecutive elements only over the last dim."""
+    x = _input(args, kwargs)
+    return x.dim() <= 1 or softmax_terms.softmax_dim(x, argument(args, kwargs, 1, "dim")) % x.dim() == x.dim() - 1
+
+
 def _class_count(x: torch.Tensor) -> int:
     return x.shape[1] if x.dim() >= 2 else max(x.numel(), 1)
 
@@ -164,6 +170,9 @@ class AccumulationRule:
     sensitivity: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
     grad_sensitivities: Callable[[Sequence[Any], Mapping[str, Any], torch.Tensor], Mapping[str, torch.Tensor]] | None = None
     arguments: tuple[str, ...] = ("input",)  # positional argument names, to find a gradient's argument
+    # scales each run of `length` consecutive outputs by one rounded factor (Accumulation.shared), for
+    # these arguments: softmax over its last dim, not over another
+    shared: bool | Callable[[Sequence[Any], Mapping[str, Any]], bool] = False
 
     def argument(self, path: str) -> str | None:
         """'input_args[3]' or "input_kwargs['weight']" -> 'weight'; None for a nested or unknown path."""
@@ -182,7 +191,7 @@ def _centring(op: str) -> AccumulationRule:
               "instance_norm": lambda a, k: math.prod(_input(a, k).shape[2:])}[op]
     return AccumulationRule(length, term_norm=lambda a, k: norm_terms.forward_terms(op, a, k),
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
-                            arguments=norm_terms.ARGUMENTS[op])
+                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm")
 
 
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:
@@ -207,10 +216,11 @@ def _statistic(op: str) -> AccumulationRule:
 _NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim")))
 def _softmax(op: str) -> AccumulationRule:
     """softmax and log_softmax: the row's length, and term norms for exp's conditioning (softmax_terms.py)."""
-    return AccumulationRule(_softmax_length, grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g))
+    return AccumulationRule(_softmax_length, grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g),
+                            shared=_over_last_dim)
 
 
-_NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")))
+_NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")), shared=True)
 
 # The distance and multi-class losses sum each sample's features before the batch.
 _PER_SAMPLE_FEATURES = frozenset({"triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss",
@@ -228,7 +238,30 @@ def _loss(name: str) -> AccumulationRule:
     return AccumulationRule(_loss_length(position, per_sample=per_sample, total=lambda x: x.numel()))
 
 
+# Matrix algorithms (factorizations, solves, inverses, matrix functions) as msprobe names them: each
+# result depends on every entry of its matrices, through sums as long as a row, and a fair one errs
+# by about u times its size times the result's norm (backward stable normwise), so the length is the
+# matrix's entries: sqrt of it is its size for a square matrix.
+MATRIX_ALGORITHMS = frozenset({
+    "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "cond", "det", "eig", "eigh", "eigvals",
+    "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "inverse", "logdet", "lstsq", "lu", "lu_factor",
+    "lu_factor_ex", "lu_solve", "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "ormqr",
+    "pca_lowrank", "pinv", "pinverse", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svd_lowrank",
+    "svdvals", "tensorinv", "tensorsolve", "triangular_solve", "ldl_factor", "ldl_factor_ex", "ldl_solve",
+})
+
+
+def _matrix_entries(args, kwargs) -> int:
+    x = argument(args, kwargs, 0, "input", "self", "A")
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return 1
+    return x.shape[-1] * x.shape[-2] if x.dim() >= 2 else x.numel()
+
+
+_MATRIX_ALGORITHM = AccumulationRule(_matrix_entries)
+
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
+    **{name: _MATRIX_ALGORITHM for name in MATRIX_ALGORITHMS},
     **{name: _loss(name) for name in _LOSSES},
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
     "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
@@ -249,7 +282,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "var": _statistic("var"), "std": _statistic("std"), "logsumexp": _STAT,
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
-    "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel()),
+    "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
     # Upper estimates: the log-sum-exp over classes and the mean over the batch.
@@ -271,12 +304,12 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     # The weight's gradient adds one row per looked-up index; a row may be hit by every index.
     "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(_input(a, k).numel(), 1)),
     # torch_npu's fused ops (pytest_npuprecision.fused), named as after "NPU." in msprobe dumps.
-    "npu_add_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 2, "gamma").numel()),
+    "npu_add_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 2, "gamma").numel(), shared=True),
     "npu_layer_norm_eval": _NORMALIZED,
     "npu_group_norm_silu": AccumulationRule(
         lambda a, k: _input(a, k).numel() // max(_input(a, k).shape[0] * int(argument(a, k, 3, "group")), 1)),
-    "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1]),
-    "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1]),
+    "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
+    "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
     "npu_linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
     "npu_bmmV2": _MATMUL,
     # Each group is a matmul over K (or over its share of K when K is grouped).

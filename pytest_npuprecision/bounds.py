@@ -75,6 +75,12 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
 def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Accumulation:
     rule = ACCUMULATION_RULES.get(op.base_name)
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
+    if rule is not None and rule.shared:
+        try:
+            shared = rule.shared(_rule_args(op, args), kwargs) if callable(rule.shared) else rule.shared
+        except Exception:  # an argument the rule cannot read: no shared factor assumed
+            shared = False
+        accumulation = replace(accumulation, shared=bool(shared))
     if rule is not None and rule.sensitivity is not None:
         try:
             sensitivity = rule.sensitivity(_rule_args(op, args), kwargs).to(golden.device)

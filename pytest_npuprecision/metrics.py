@@ -31,7 +31,7 @@ class Accumulation:
         bound, and keeps elements that cancelled out of the relative-error metrics.
     roundings: how many intermediate results a fair implementation rounds to the output dtype
         (attention rounds its probabilities before multiplying by V); each adds u·scale.
-    sensitivity: optional, broadcastable to the output: per output element, how far it moves when
+    shared: see below. sensitivity: optional, broadcastable to the output: per output element, how far it moves when
         the intermediates a fair kernel rounds once each (not K times) move by one unit roundoff of
         their own, e.g. exp's argument in a softmax of scores in the tens. It adds u_acc·sensitivity,
         in the compute dtype's unit roundoff (float32's for half types, as fair kernels compute).
@@ -41,6 +41,10 @@ class Accumulation:
     term_norm: torch.Tensor | None = None
     roundings: int = 0  # intermediate results rounded to the output dtype (fused ops, attention)
     sensitivity: torch.Tensor | None = None
+    # Each run of ``length`` consecutive outputs is scaled by one factor a fair kernel may round to
+    # the output dtype (softmax's sum, a norm's rsqrt): their errors share up to u of relative error,
+    # so sign and bias are counted against the golden scaled by that common error (_shared_shift).
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ def compute_metrics(
     acc = accumulation or Accumulation()
     term_norm = _flat_term_norm(acc.term_norm, actual.shape, device, work)
     sensitivity = _flat_term_norm(acc.sensitivity, actual.shape, device, work)
+    shift = _shared_shift(flat_a, flat_g, acc.length, fmt, work) if acc.shared and fmt is not None else None
     golden_rms = _finite_rms(flat_g, device, work) if numel else 0.0
     chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
     if numel == 0:
@@ -162,9 +167,26 @@ def compute_metrics(
         stop = start + chunk
         part = None if term_norm is None else term_norm[start:stop]
         moved = None if sensitivity is None else sensitivity[start:stop]
-        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, moved, start, fmt, params, acc,
-                                    golden_rms, work))
+        shared = None if shift is None else shift[start:stop]
+        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, moved, shared, start, fmt, params,
+                                    acc, golden_rms, work))
     return _combine(totals, actual, golden_rms)
+
+
+def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
+    """Per element, how far its row's rounded factor moves it: the row's common relative error (the
+    least-squares fit of actual = (1 + c) golden), clamped to the output dtype's unit roundoff, times
+    the golden. None where the output does not split into rows of ``length``."""
+    numel = flat_a.numel()
+    if length <= 1 or numel % length:
+        return None
+    a = flat_a.to(work).reshape(-1, length)
+    g = flat_g.to(device=a.device, dtype=work).reshape(-1, length)
+    finite = torch.isfinite(a) & torch.isfinite(g)
+    a, g = torch.where(finite, a, 0), torch.where(finite, g, 0)
+    weight = (g * g).sum(-1, keepdim=True)
+    common = torch.where(weight > 0, ((a - g) * g).sum(-1, keepdim=True) / weight.clamp(min=torch.finfo(work).tiny), 0)
+    return (common.clamp(-fmt.unit_roundoff, fmt.unit_roundoff) * g).reshape(-1)
 
 
 def _flat_term_norm(term_norm, shape, device, work):
@@ -187,7 +209,8 @@ _SUMS = (
     "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
-    "sum_bound", "sum_bias", "sum_magnitude_bias", "over_bound", "overflow", "range_overflow",
+    "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias", "over_bound",
+    "overflow", "range_overflow",
 )
 _MAXIMA = ("abs", "rel", "ulp", "bound")
 _FIRSTS = ("nonfinite", "binary", "range_overflow")
@@ -223,8 +246,8 @@ def _first_true(mask: torch.Tensor, offset: int) -> torch.Tensor:
     return torch.where(mask.any(), index, _NONE)
 
 
-def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, offset, fmt: FloatFormat | None, params, acc, golden_rms,
-                    work):
+def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, shift, offset, fmt: FloatFormat | None, params, acc,
+                    golden_rms, work):
     device = a_raw.device
     a = a_raw.to(work)
     g = g_raw.to(device=device, dtype=work)
@@ -278,10 +301,15 @@ def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, offset, fmt: FloatForm
         bound_ratio = abs_err / bound
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
         growth = a.abs() - g_round.abs() if all_finite else torch.where(both, a.abs() - g_round.abs(), 0)
-        bias = ((signed / bound).sum(), (growth / bound).sum())
+        bias = [(signed / bound).sum(), (growth / bound).sum()]
+        if shift is None:
+            bias += bias
+        else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
+            fair = torch.where(both, (g_raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
+            bias += [(torch.where(both, a - fair, 0) / bound).sum(), (torch.where(both, a.abs() - fair.abs(), 0) / bound).sum()]
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
-        bias = (abs_err.sum() * 0, abs_err.sum() * 0)
+        bias = [abs_err.sum() * 0] * 4
 
     n = a.numel()
     zero = torch.zeros((), dtype=torch.int64, device=device)
@@ -360,8 +388,10 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         cosine=cosine,
         max_bound_ratio=mx["bound"] if finite else 0.0,
         mean_bound_ratio=mean(s["sum_bound"], finite),
-        bound_bias=mean(s["sum_bias"], finite),
-        magnitude_bound_bias=mean(s["sum_magnitude_bias"], finite),
+        # With a shared factor, the kernel is judged with whichever factor, none or the row's own
+        # rounded one, leaves it the smaller bias.
+        bound_bias=mean(min(s["sum_bias"], s["sum_shared_bias"], key=abs), finite),
+        magnitude_bound_bias=mean(min(s["sum_magnitude_bias"], s["sum_shared_magnitude_bias"], key=abs), finite),
         golden_rms=golden_rms,
         worst=worst,
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,

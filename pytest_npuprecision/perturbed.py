@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from .accumulation import MATRIX_ALGORITHMS
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
 # Seeded draws, each moving every input element by a random share in [-u, u] of its own rounding,
@@ -33,14 +34,7 @@ AMPLIFIED = 4.0
 # exact for a matrix moved by u times its norm, not each entry by u times itself), and ops that turn
 # inputs into coordinates (grid_sample rounds (x + 1) / 2 * (W - 1), whose error follows W, not x).
 # Their inputs move by u times the larger of the element and the tensor's RMS.
-NORMWISE = frozenset({
-    "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "cond", "det", "eig", "eigh", "eigvals",
-    "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "inverse", "logdet", "lstsq", "lu", "lu_factor",
-    "lu_factor_ex", "lu_solve", "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm",
-    "ormqr", "pca_lowrank", "pinv", "pinverse", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd",
-    "svd_lowrank", "svdvals", "tensorinv", "tensorsolve", "triangular_solve", "ldl_factor", "ldl_factor_ex",
-    "ldl_solve", "grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid",
-})
+NORMWISE = MATRIX_ALGORITHMS | {"grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid"}
 
 
 @dataclass(frozen=True)

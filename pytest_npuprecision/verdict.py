@@ -126,8 +126,8 @@ METRIC_MEANINGS = {
     "bound_bias": "mean signed error over the bound: an offset hidden under a loose bound",
     "magnitude_bound_bias": "mean growth of |actual| over |golden|, over the bound: scaling or truncation",
     "rmse_ratio": "RMSE of the device over that of the baseline",
-    "max_rel_err_ratio": "largest relative error of the device over the baseline's",
-    "mean_rel_err_ratio": "mean relative error of the device over the baseline's",
+    "max_scaled_err_ratio": "largest error over its error bound, the device's over the baseline's",
+    "mean_scaled_err_ratio": "mean error over its error bound, the device's over the baseline's",
     "small_value_err_ratio_ratio": "near-zero errors of the device over the baseline's",
     "error_balance_ratio": "one-sidedness of the device's errors over the baseline's",
 }

@@ -158,11 +158,14 @@ def test_one_wrong_element_cannot_hide_under_the_baselines_ratios():
     wrong[typical] = (wrong[typical].double() * (1 + 1000 * 2.0**-23)).float()  # ~1000 ulp off
     wrong = wrong.reshape(x.shape)
 
-    # msprobe's ratios alone pass it: one element 1000 ulp off is nothing next to the tail.
-    assert judge(wrong, golden, baseline=cancelling, op="gelu", standard="benchmark").status is Status.PASS
+    # msprobe's relative-error ratios alone would pass it: one element 1000 ulp off is nothing next
+    # to the tail. Errors in units of their own bound see it.
+    alone = judge(wrong, golden, baseline=cancelling, op="gelu", standard="benchmark")
+    assert alone.metrics.max_rel_err <= alone.baseline_metrics.max_rel_err
+    assert [c.metric for c in alone.failures] == ["max_scaled_err_ratio"], render_message(alone)
     verdict = judge(wrong, golden, baseline=cancelling, op="gelu")
     assert verdict.standard == "benchmark+error_bound"
-    assert [c.metric for c in verdict.failures] == ["max_bound_ratio"], render_message(verdict)
+    assert [c.metric for c in verdict.failures] == ["max_scaled_err_ratio", "max_bound_ratio"], render_message(verdict)
     assert verdict.failures[0].baseline < 8  # the baseline meets the bound, so the device must
     assert verdict.worst.index == tuple(int(i) for i in torch.unravel_index(torch.tensor(typical), x.shape))
 

@@ -1,0 +1,97 @@
+"""Normalizations share one rounded factor per row: their errors correlate along it (issue 12, class 1).
+
+rms_norm and layer_norm scale a row by one rsqrt, softmax divides it by one sum, log_softmax
+subtracts one log-sum-exp. A fair kernel that rounds that factor to the output dtype errs by a
+common relative amount over the whole row, which a bias check counting every element as
+independent reads as a biased kernel. The bias is judged across the rows instead
+(Accumulation.shared), and the factor's rounding counts as one intermediate rounding (ops.yaml).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pytest_npuprecision import Accumulation, Status, judge, render_message
+from pytest_npuprecision.metrics import compute_metrics
+from pytest_npuprecision.rules import Rules
+
+HALF = [torch.float16, torch.bfloat16]
+
+
+def _rms_norm_inputs(rows: int, dtype, seed: int, width: int = 8192):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, width, generator=g).to(dtype), (1 + 0.1 * torch.randn(width, generator=g)).to(dtype)
+
+
+def rms_norm_with_a_rounded_factor(x, w):
+    """Fair: float32 inside, with the row's rsqrt rounded once to the output dtype."""
+    inside = x.float()
+    factor = torch.rsqrt(inside.square().mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+    return (inside * factor.float()).to(x.dtype) * w
+
+
+def rms_norm_accumulated_in_half(x, w):
+    """Defect: the mean square summed in the input's own dtype."""
+    total = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    for k in range(x.shape[-1]):
+        total = total + x[..., k:k + 1] * x[..., k:k + 1]
+    return (x.float() * torch.rsqrt(total.float() / x.shape[-1] + 1e-6)).to(x.dtype) * w
+
+
+def _judge_rms_norm(actual, x, w):
+    golden = F.rms_norm(x.double(), x.shape[-1:], w.double(), eps=1e-6)
+    # The accumulation comes from the call, as a dump case derives it.
+    return judge(actual, golden, op="Functional.rms_norm", inputs=((x, x.shape[-1:], w), {"eps": 1e-6}))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_a_fair_rms_norm_over_8192_with_one_rounded_factor_per_row_passes(dtype, rows):
+    for seed in range(10):
+        x, w = _rms_norm_inputs(rows, dtype, seed)
+        verdict = _judge_rms_norm(rms_norm_with_a_rounded_factor(x, w), x, w)
+        assert verdict.status is Status.PASS, f"seed {seed}: " + render_message(verdict)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_rms_norm_accumulated_in_half_precision_still_fails(dtype):
+    x, w = _rms_norm_inputs(4, dtype, 0)
+    verdict = _judge_rms_norm(rms_norm_accumulated_in_half(x, w), x, w)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_bias_over_many_rows_still_fails(dtype):
+    # Every element 4 eps too large: past what one rounded factor per row explains.
+    x, w = _rms_norm_inputs(64, dtype, 0, width=512)
+    biased = (F.rms_norm(x.float(), (512,), w.float(), eps=1e-6).double() * (1 + 4 * torch.finfo(dtype).eps))
+    verdict = _judge_rms_norm(biased.to(dtype), x, w)
+    assert verdict.status is Status.ERROR, render_message(verdict)
+    assert any(c.metric in ("bound_bias", "magnitude_bound_bias", "mean_bound_ratio") for c in verdict.failures)
+
+
+def test_only_a_common_error_up_to_the_factors_rounding_is_taken_out_of_the_bias():
+    params = Rules.default().params(torch.float32)
+    golden = torch.rand(256, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
+    u = 2.0**-24
+
+    def bias(relative: float, shared: bool) -> float:
+        actual = (golden * (1 + relative)).float()
+        return compute_metrics(actual, golden, params, Accumulation(16, shared=shared)).magnitude_bound_bias
+
+    # Rows scaled by (1 + u), as by a factor rounded to the dtype: no bias left once it is shared.
+    assert bias(u, shared=False) > 0.1 and abs(bias(u, shared=True)) < 0.2 * bias(u, shared=False)
+    # Past the factor's own rounding the rest stays: of 8 u of common error, 7 u.
+    assert bias(8 * u, shared=True) == pytest.approx(7 / 8 * bias(8 * u, shared=False), rel=0.1)
+
+
+@pytest.mark.parametrize("op, dtype", [(torch.softmax, torch.float32), (torch.log_softmax, torch.float16)])
+def test_near_uniform_rows_of_1024_pass(op, dtype):
+    # Inputs of order 2**-20: every probability sits at 1/1024, and the row's one rounded normalizer
+    # moves them all together.
+    for seed in range(5):
+        x = (torch.rand(4, 1024, generator=torch.Generator().manual_seed(seed)) * 2.0**-20).to(dtype)
+        verdict = judge(op(x, -1), op(x.double(), -1), op=f"Torch.{op.__name__}", inputs=((x, -1), {}))
+        assert verdict.status is Status.PASS, f"seed {seed}: " + render_message(verdict)
