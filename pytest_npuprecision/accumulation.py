@@ -37,6 +37,16 @@ def _softmax_length(args, kwargs) -> int:
     return x.shape[softmax_terms.softmax_dim(x, argument(args, kwargs, 1, "dim"))] if x.dim() else 1
 
 
+def _contracted(args, kwargs) -> int:
+    """How many products each element of tensordot(a, b, dims) sums: the contracted dims of a."""
+    a, dims = argument(args, kwargs, 0, "a"), argument(args, kwargs, 2, "dims", default=2)
+    if isinstance(dims, int):
+        return math.prod(a.shape[a.dim() - dims:]) if dims else 1
+    first = dims[0] if isinstance(dims, (list, tuple)) and dims else ()
+    first = [first] if isinstance(first, int) else first
+    return math.prod(a.shape[d] for d in first) if first else 1
+
+
 def _over_last_dim(args, kwargs) -> bool:
     """softmax normalizes runs of consecutive elements only over the last dim."""
     x = _input(args, kwargs)
@@ -279,6 +289,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "cosine_similarity": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1))),
     "pairwise_distance": AccumulationRule(lambda a, k: _input(a, k).shape[-1] if _input(a, k).dim() else 1),
     "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
+    "tensordot": AccumulationRule(lambda a, k: _contracted(a, k), squared=True),
     "var": _statistic("var"), "std": _statistic("std"), "logsumexp": _STAT,
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,

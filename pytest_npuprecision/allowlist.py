@@ -36,13 +36,13 @@ _UNLISTED_OPERATORS = frozenset({
     "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal",
     "sigmoid", "tanh", "hardsigmoid", "hardswish", "upsample", "upsample_bilinear", "upsample_nearest",
     "unflatten", "vander", "grouped_mm", "scaled_mm", "scaled_grouped_mm", "fft_fftfreq", "fft_rfftfreq",
-    "fill", "segment_reduce", "index_put_",
+    "fill", "segment_reduce", "index_put_", "_softmax_backward_data", "_log_softmax_backward_data",
 })
 _UNLISTED_FUNCTIONAL = frozenset({"sigmoid", "tanh", "hardsigmoid", "hardswish", "upsample", "upsample_bilinear",
                                   "upsample_nearest"})
 
 # Substrings of names that reach files, the process, storage sharing, hooks or autograd's engine.
-_DENIED_WORDS = ("load", "save", "file", "hub", "storage", "share_memory", "hook", "pickle", "dump", "print",
+_DENIED_WORDS = ("load", "save", "file", "storage", "share_memory", "hook", "pickle", "dump", "print",
                  "profil", "register", "compile", "export", "script", "seed", "set_default", "tolist",
                  "numpy", "pin_memory", "data_ptr", "fork")
 # Tensor methods torch lists as overridable that change global state or are not computations.

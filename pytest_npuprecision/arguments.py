@@ -170,6 +170,8 @@ def decode_call(entry: Any, name: str = "") -> DecodedCall:
     decoded, guesses = list(args), ()
     if name == "to":
         decoded, guesses = _positional_to(args, entry.get("output"))
+    elif name in _DTYPE_POSITIONS:
+        decoded, guesses = _positional_dtype(args, entry.get("output"), _DTYPE_POSITIONS[name])
     return DecodedCall(
         tuple(v.value if isinstance(v, _Rebuilt) else decode_value(v, f"input_args[{i}]")
               for i, v in enumerate(decoded)),
@@ -211,7 +213,31 @@ def _positional_to(args: list, output: Any) -> tuple[list, tuple[str, ...]]:
         rebuilt[1], rebuilt[2] = _Rebuilt(DumpedDevice("unknown")), _Rebuilt(dtype)
         return rebuilt, (f"input_args[1:3] were written as {{}} by msprobe; rebuilt as (device, {target}) from the "
                          f"recorded output's dtype",)
+    if empty == [2]:  # to(device, dtype, ...): the device was written, the dtype was not
+        rebuilt[2] = _Rebuilt(dtype)
+        return rebuilt, (f"input_args[2] was written as {{}} by msprobe; rebuilt as {target}, the recorded output's "
+                         f"dtype",)
     return args, ()
+
+
+# Internal backward ops msprobe hooks whose input_dtype (at this position) it writes as {}: the
+# recorded output has that dtype.
+_DTYPE_POSITIONS = {"_softmax_backward_data": 3, "_log_softmax_backward_data": 3}
+
+
+def _positional_dtype(args: list, output: Any, position: int) -> tuple[list, tuple[str, ...]]:
+    result = output[0] if isinstance(output, list) and output else output
+    target = result.get("dtype") if isinstance(result, dict) else None
+    if len(args) <= position or args[position] != {} or not isinstance(target, str):
+        return args, ()
+    try:
+        dtype = parse_dtype(target)
+    except ValueError:
+        return args, ()
+    rebuilt = list(args)
+    rebuilt[position] = _Rebuilt(dtype)
+    return rebuilt, (f"input_args[{position}] was written as {{}} by msprobe; rebuilt as {target}, the recorded "
+                     f"output's dtype",)
 
 
 def decode_grads(entry: Any) -> tuple[TensorSpec | None, ...]:

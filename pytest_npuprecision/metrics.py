@@ -192,7 +192,10 @@ def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.
 def _flat_term_norm(term_norm, shape, device, work):
     if term_norm is None:
         return None
-    return term_norm.detach().to(device=device, dtype=work).broadcast_to(shape).reshape(-1)
+    norm = term_norm.detach().to(device=device, dtype=work)
+    if norm.numel() == math.prod(shape) and norm.shape != torch.Size(shape):
+        norm = norm.reshape(shape)  # the same elements flattened (a weight's terms over its normalized shape)
+    return norm.broadcast_to(shape).reshape(-1)
 
 
 def _finite_rms(flat_g: torch.Tensor, device, work) -> float:

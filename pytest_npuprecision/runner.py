@@ -22,6 +22,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import torch
 
 from .backends import Backend, auto_backend, load_backend
+from .canonical import aligned
 from .metrics import Accumulation
 from .ops import ResolvedOp
 from .perturbed import GoldenSpread
@@ -314,6 +315,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
+    outputs = aligned(op, outputs)
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
         placed = positional_gradients(recorded.grads, tensor_paths(args, kwargs), notes) if op.prefix == "NPU" \

@@ -416,3 +416,19 @@ def test_a_message_quoting_a_huge_value_from_the_dump_stays_short():
         decode_value({"type": "torch.Tensor", "dtype": "x" * 50_000_000, "shape": [1]}, "input_args[0]")
     text = str(refused.value)
     assert len(text) < MAX_MESSAGE + 200 and "characters cut" in text and text.startswith("input_args[0] has dtype 'xxx")
+
+
+def test_dtypes_msprobe_writes_as_empty_objects_come_back_from_the_recorded_output():
+    from pytest_npuprecision.arguments import decode_call
+
+    tensor = {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2], "Max": 1, "Min": 0, "Mean": 0.5,
+              "Norm": 1, "requires_grad": False}
+    as_float64 = {**tensor, "dtype": "torch.float64"}
+    # x.to("cpu", torch.float64, ...): the device written, the dtype not.
+    to = decode_call({"input_args": [tensor, {"type": "str", "value": "cpu"}, {}], "input_kwargs": {},
+                      "output": [as_float64]}, "to")
+    assert to.args[2] is torch.float64 and "input_args[2]" in to.guesses[0]
+    # _softmax_backward_data(grad, output, dim, input_dtype): the input dtype is the result's.
+    backward = decode_call({"input_args": [tensor, tensor, {"type": "int", "value": 0}, {}], "input_kwargs": {},
+                            "output": [tensor]}, "_softmax_backward_data")
+    assert backward.args[3] is torch.float16

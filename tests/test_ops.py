@@ -214,3 +214,9 @@ def test_op_case_dotted_paths_to_operators_still_resolve(name, func):
 
     op, _ = resolve_op(name, "op")
     assert op.func is func and op.api_name == name
+
+
+def test_a_name_containing_a_denied_word_inside_another_word_resolves():
+    # "hub" (torch.hub) inside huber_loss is no reason to refuse it.
+    assert resolve("Functional.huber_loss").func is torch.nn.functional.huber_loss
+    assert resolve("Torch._softmax_backward_data").func is torch._softmax_backward_data
