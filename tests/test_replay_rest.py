@@ -1,0 +1,73 @@
+"""Calls that PyTorch's own OpInfo samples showed the harness replaying wrongly (issue 21, part 3),
+each dumped by msprobe itself (tests/data/replay, written by make_replay_dumps.py there) and replayed
+on a CPU device: what torch computes fairly passes, what no golden can redraw skips as random, and
+nothing ends as an input error or a harness error."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+
+from pytest_npuprecision import random_ops
+
+DUMPS = Path(__file__).resolve().parent / "data" / "replay"
+_reports = (f"report_{i}" for i in itertools.count())
+
+
+def run(pytester, dump: str, *options: str, subprocess: bool = False) -> dict[str, dict]:
+    report = pytester.path / next(_reports)
+    # A planted backend runs in a child: the in-process runs before it left their own Backend class behind.
+    (pytester.runpytest_subprocess if subprocess else pytester.runpytest)("--npu-precision", str(DUMPS / dump), "--npu-precision-report", str(report),
+                       "-p", "no:cacheprovider", "--npu-precision-device", "cpu", *options)
+    records = [json.loads(line) for line in (report / "cases.jsonl").read_text().splitlines()]
+    return {r["key"]: r for r in records}
+
+
+def statuses(records: dict[str, dict]) -> dict[str, str]:
+    return {key: r["status"] for key, r in records.items()}
+
+
+# ---------------------------------------------------------------- random ops
+
+def test_the_seeded_table_is_torchs_own():
+    assert random_ops.SEEDED_ATEN_OPS == random_ops.seeded_aten_ops(), (
+        "torch tags other ops nondeterministic_seeded: paste `python -m pytest_npuprecision.random_ops` "
+        "into SEEDED_ATEN_OPS")
+
+
+def test_random_windows_skip_and_recorded_windows_are_judged(pytester):
+    records = run(pytester, "random")
+    assert statuses(records) == {
+        "Functional.fractional_max_pool2d.0.forward": "skip",  # windows drawn inside the call
+        "Functional.fractional_max_pool2d.0.backward": "skip",
+        "Functional.fractional_max_pool2d.1.forward": "pass",  # _random_samples recorded: deterministic
+        "Functional.fractional_max_pool3d.0.forward": "skip",
+        "Functional.fractional_max_pool3d.1.forward": "pass",
+        "Functional.rrelu.0.forward": "skip",  # training=True draws the slopes
+        "Functional.rrelu.1.forward": "pass",
+        "Tensor.sum.0.forward": "pass",
+        "Tensor.sum.0.backward": "pass",
+    }
+    assert records["Functional.fractional_max_pool2d.0.forward"]["reason"] == "random-op"
+    assert "_random_samples not recorded" in records["Functional.fractional_max_pool3d.0.forward"]["message"]
+    assert "training=True" in records["Functional.rrelu.0.forward"]["message"]
+
+
+def test_recorded_windows_still_catch_a_wrong_pooling(pytester):
+    tests = str(Path(__file__).resolve().parent)
+    pytester.makepyfile(planted_pool=f"import sys\nsys.path.insert(0, {tests!r})\n"
+                                     "from faulty_backend import Fault, FaultyBackend\n"
+                                     "backend = FaultyBackend({'Functional.fractional_max_pool2d': Fault('wrong_element')})\n")
+    pytester.syspathinsert()
+    records = run(pytester, "random", "--npu-precision-device", "planted_pool:backend", subprocess=True)
+    assert records["Functional.fractional_max_pool2d.1.forward"]["status"] == "error"
+
+
+# ---------------------------------------------------------------- stride-0 inputs
+
+def test_an_expanded_one_element_input_is_fingerprinted(pytester):
+    records = run(pytester, "stride0")
+    assert set(statuses(records).values()) == {"pass"}
+    assert records["Torch.mul.0.forward"]["fingerprint"]["inputs"]["input_args[1]"].startswith("float32[1] ")
