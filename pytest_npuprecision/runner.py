@@ -109,6 +109,12 @@ def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Ten
             g is None for (_, o), g in zip(outputs, grad_outputs) if not isinstance(o, torch.Tensor)):
         # One entry per output, null for the ints (msprobe's backward input for seed, offset, numels).
         grad_outputs = [g for (_, o), g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor)]
+    if len(grad_outputs) > len(tensors) and all(g is None for g in grad_outputs[len(tensors):]):
+        # msprobe records the gradients of the autograd node's outputs, and an op such as group_norm
+        # returns one tensor from a node with three (out, mean, rstd): the extras are null.
+        notes.append(f"grad_outputs has {len(grad_outputs)} entries for {len(tensors)} tensor outputs; "
+                     f"the last {len(grad_outputs) - len(tensors)} are null and carry no gradient")
+        grad_outputs = grad_outputs[:len(tensors)]
     if len(grad_outputs) > len(tensors):
         return {}, (f"grad_outputs has {len(grad_outputs)} entries but the op returned {len(tensors)} "
                     f"tensor outputs: pass one gradient (or None) per tensor output")
@@ -359,6 +365,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
+    outputs = _complex_split(outputs)
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
         placed = positional_gradients(recorded.grads, tensor_paths(args, kwargs), notes) if op.prefix == "NPU" \
@@ -376,13 +383,29 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
                                   notes, lambda n, t: accs.get(n))
         if base is not None:
             grads = _with_baseline(grads, base_side, _named_grads(base_grads), notes)
-        grads = _autocast_precision(grads, golden_side.rounds_to, notes)
+        grads = _complex_split(_autocast_precision(grads, golden_side.rounds_to, notes))
         error = error or grad_error
     return RunResult(
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
         overflowed=overflowed)
+
+
+def _complex_split(outputs: list[RunOutput]) -> list[RunOutput]:
+    """A complex output as two real ones, ``NAME.real`` and ``NAME.imag``: the metrics and standards
+    are real-valued, and each part of a complex64 result is a float32 computed by the kernel."""
+    split = []
+    for out in outputs:
+        if not out.actual.is_complex():
+            split.append(out)
+            continue
+        for part in ("real", "imag"):
+            def take(t: torch.Tensor | None, part=part) -> torch.Tensor | None:
+                return None if t is None else getattr(t.resolve_conj(), part).contiguous()
+            split.append(replace(out, name=f"{out.name}.{part}", actual=take(out.actual), golden=take(out.golden),
+                                 baseline=take(out.baseline)))
+    return split
 
 
 def _fair_overflow(outputs: Sequence[RunOutput]) -> str | None:

@@ -71,3 +71,33 @@ def test_an_expanded_one_element_input_is_fingerprinted(pytester):
     records = run(pytester, "stride0")
     assert set(statuses(records).values()) == {"pass"}
     assert records["Torch.mul.0.forward"]["fingerprint"]["inputs"]["input_args[1]"].startswith("float32[1] ")
+
+
+# ---------------------------------------------------------------- complex outputs
+
+def test_complex_outputs_are_judged_as_real_and_imaginary_parts(pytester):
+    records = run(pytester, "complex_outputs")
+    assert set(statuses(records).values()) == {"pass"}
+    for key in ("Tensor.cfloat.0.forward", "Torch.polar.0.forward", "Torch.stft.0.forward"):
+        assert [o["name"] for o in records[key]["outputs"]] == ["output.0.real", "output.0.imag"]
+
+
+def test_a_wrong_complex_element_fails(pytester):
+    tests = str(Path(__file__).resolve().parent)
+    pytester.makepyfile(planted_polar=f"import sys\nsys.path.insert(0, {tests!r})\n"
+                                      "from faulty_backend import Fault, FaultyBackend\n"
+                                      "backend = FaultyBackend({'Torch.polar': Fault('wrong_element')})\n")
+    pytester.syspathinsert()
+    records = run(pytester, "complex_outputs", "--npu-precision-device", "planted_polar:backend", subprocess=True)
+    assert records["Torch.polar.0.forward"]["status"] == "error"
+    assert records["Torch.stft.0.forward"]["status"] == "pass"
+
+
+# ---------------------------------------------------------------- group_norm's three gradients
+
+def test_group_norm_backward_takes_the_one_gradient_msprobe_recorded_beside_two_nulls(pytester):
+    records = run(pytester, "group_norm")
+    assert statuses(records) == {"Functional.group_norm.0.forward": "pass",
+                                 "Functional.group_norm.0.backward": "pass"}
+    grads = [o["name"] for o in records["Functional.group_norm.0.backward"]["outputs"]]
+    assert len(grads) == 3  # input, weight and bias
