@@ -145,7 +145,8 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     try:
         run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
                        baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
-                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results)
+                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results,
+                       golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
     except OpExecutionError as exc:
         raise _replay_failure(case, op, inputs, exc, settings) from None
     if run.error:

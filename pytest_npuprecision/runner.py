@@ -45,7 +45,7 @@ class RunOutput:
 class RunResult:
     op: str
     device: torch.device
-    golden_dtype: torch.dtype  # the dtype the golden really used (float32 after a fallback)
+    golden_dtype: torch.dtype | None  # the dtype the golden really used (float32 after a fallback; None: the inputs')
     outputs: tuple[RunOutput, ...]
     grads: tuple[RunOutput, ...] = ()
     device_seconds: float = 0.0  # the op's forward and backward on the device, synchronized
@@ -278,7 +278,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
              device: Backend | torch.device | str, golden: Backend | None = None, baseline: Backend | None = None,
              backward: bool = False, grad_outputs: Sequence[torch.Tensor | None] | None = None,
              requires_grad: Collection[int | str] = (), seed: int = 0,
-             golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None,
+             golden_dtype: torch.dtype | None = torch.float64, autocast: torch.dtype | None = None,
              reference: Callable[..., Any] | None = None, recorded: RecordedResults | None = None) -> RunResult:
     """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
 
@@ -321,6 +321,9 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     output_dtypes = recorded.output_dtypes if recorded is not None else [t.dtype for _, t in dev.outputs
                                                                           if isinstance(t, torch.Tensor)]
     golden_side = golden_for(golden_backend, golden_dtype, seed, _autocast_rounding(autocast, output_dtypes))
+    if golden_dtype is None:
+        notes.append(f"golden computed on {golden_backend.name} in the inputs' dtype: {op.api_name} is defined on "
+                     f"its dtype's grid, where a float64 golden would step by float64's ulp")
     try:
         gold, gold_grads, golden_seconds, golden_notes = run_side(
             golden_op, args, kwargs, golden_side, grad_paths, golden_cotangents if offline_grads else cotangents)

@@ -101,3 +101,23 @@ def test_group_norm_backward_takes_the_one_gradient_msprobe_recorded_beside_two_
                                  "Functional.group_norm.0.backward": "pass"}
     grads = [o["name"] for o in records["Functional.group_norm.0.backward"]["outputs"]]
     assert len(grads) == 3  # input, weight and bias
+
+
+# ---------------------------------------------------------------- ops defined on their dtype's grid
+
+def test_nextafter_is_judged_against_a_golden_on_its_own_dtype_grid(pytester):
+    records = run(pytester, "dtype_grid")
+    for key in ("Torch.nextafter.0.forward", "Torch.nextafter.1.forward", "Torch.nextafter.2.forward"):
+        assert records[key]["status"] == "pass", records[key]["message"]
+        assert [o["standard"] for o in records[key]["outputs"]] == ["binary"]
+        assert any("inputs' dtype" in note for note in records[key]["notes"])
+
+
+def test_a_wrong_nextafter_element_fails(pytester):
+    tests = str(Path(__file__).resolve().parent)
+    pytester.makepyfile(planted_grid=f"import sys\nsys.path.insert(0, {tests!r})\n"
+                                     "from faulty_backend import Fault, FaultyBackend\n"
+                                     "backend = FaultyBackend({'Torch.nextafter': Fault('wrong_element')})\n")
+    pytester.syspathinsert()
+    records = run(pytester, "dtype_grid", "--npu-precision-device", "planted_grid:backend", subprocess=True)
+    assert {records[f"Torch.nextafter.{i}.forward"]["status"] for i in range(3)} == {"error"}
