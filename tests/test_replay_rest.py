@@ -121,3 +121,16 @@ def test_a_wrong_nextafter_element_fails(pytester):
     pytester.syspathinsert()
     records = run(pytester, "dtype_grid", "--npu-precision-device", "planted_grid:backend", subprocess=True)
     assert {records[f"Torch.nextafter.{i}.forward"]["status"] for i in range(3)} == {"error"}
+
+
+# ---------------------------------------------------------------- labels
+
+def test_arguments_that_do_not_bind_blame_the_replay_not_the_dump(pytester):
+    """msprobe names torch.linalg.svd Torch.svd; replayed as torch.svd, full_matrices does not bind.
+    Once the resolver calls torch.linalg.svd the case passes; until then it must not read as the
+    dump's input error."""
+    record = run(pytester, "misreplayed")["Torch.svd.0.forward"]
+    assert record["status"] in ("pass", "harness-error"), record["message"]
+    if record["status"] == "harness-error":
+        assert "the replay is at fault, not the dump" in record["message"]
+        assert "full_matrices" in record["message"]

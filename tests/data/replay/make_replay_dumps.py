@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the small msprobe dumps in this folder: one call each of the ops that issue 21 part 3 found
 replayed wrongly (random pooling windows, complex outputs, a stride-0 input, group_norm's three
-gradients, nextafter's dtype grid), each through the public API that msprobe hooks.
+gradients, nextafter's dtype grid, a linalg call replayed as another function), each through the public API that msprobe hooks.
 
     /work/msvenv/bin/python make_replay_dumps.py          # every dump
     /work/msvenv/bin/python make_replay_dumps.py random   # one
@@ -66,7 +66,12 @@ def dtype_grid(torch, F):
         torch.nextafter(a, torch.full_like(a, 1e4))
 
 
-DUMPS = {f.__name__: f for f in (random, complex_outputs, stride0, group_norm, dtype_grid)}
+def misreplayed(torch, F):
+    """torch.linalg.svd, which msprobe names Torch.svd: replayed as torch.svd, its full_matrices does not bind."""
+    torch.linalg.svd(torch.randn(4, 3), full_matrices=False)
+
+
+DUMPS = {f.__name__: f for f in (random, complex_outputs, stride0, group_norm, dtype_grid, misreplayed)}
 
 
 def dump_one(name: str) -> None:
