@@ -5,12 +5,16 @@ nothing ends as an input error or a harness error."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from pathlib import Path
 
 
+import torch
+
 from pytest_npuprecision import random_ops
+from pytest_npuprecision.fingerprint import update_with_tensor
 
 DUMPS = Path(__file__).resolve().parent / "data" / "replay"
 _reports = (f"report_{i}" for i in itertools.count())
@@ -71,6 +75,22 @@ def test_an_expanded_one_element_input_is_fingerprinted(pytester):
     records = run(pytester, "stride0")
     assert set(statuses(records).values()) == {"pass"}
     assert records["Torch.mul.0.forward"]["fingerprint"]["inputs"]["input_args[1]"].startswith("float32[1] ")
+
+
+def digest(t: torch.Tensor) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    update_with_tensor(h, t)
+    return h.hexdigest()
+
+
+def test_an_expanded_tensor_is_hashed_once_per_distinct_value():
+    one = torch.tensor([0.25])
+    assert digest(one.expand(1)) == digest(torch.as_strided(one, (1,), (0,))) == digest(one.clone())
+    row = torch.arange(5.0)
+    # a trillion rows, never materialized; the same rows from another storage hash the same
+    assert digest(row.expand(10**12, 5)) == digest(row.clone().expand(10**12, 5))
+    assert digest(row.expand(3, 5)) != digest(row.expand(4, 5))  # the shape is hashed
+    assert digest(row.expand(3, 5)) != digest((row + 1).expand(3, 5))  # and the values
 
 
 # ---------------------------------------------------------------- complex outputs
