@@ -103,6 +103,9 @@ def ops_page() -> str:
              table(["level", "ops"], [[f"`{level}`", cell(sorted(ops))] for level, ops in data["levels"].items()]),
              f"\n## Backward cases\n\nEvery backward case allows {data['backward_roundings']} intermediate "
              "roundings in the output dtype: a gradient is a chain of ops, each free to round.\n",
+             "\n## Goldens on the dtype's grid (`dtype_grid_golden`)\n\n"
+             f"{cell(sorted(data.get('dtype_grid_golden') or []))}: defined on the grid of their inputs' dtype, "
+             "so their golden runs on the CPU in that dtype, where it is exact.\n",
              "\n## Per-op overrides\n\n",
              "The same shape a `--npu-precision-rules` file takes under `ops:`.\n\n",
              table(["op", "override"], [[f"`{op}`", f"`{inline_yaml(rule)}`"] for op, rule in data["ops"].items()])]

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from . import gating, threads
-from .cases import CaseInputError, CaseSkipped, OutputVerdict, Settings, run_case
+from .cases import CaseInputError, CaseSkipped, OutputVerdict, ReplayError, Settings, run_case
 from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump, recorded_nonfinite
 from .opcases.failures import OpCaseFailure, OpCaseUsageError
 from .gating import KnownFailureRegression
@@ -259,6 +259,8 @@ class DumpCaseItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, (PrecisionFailure, KnownFailureRegression, CaseInputError)):
             return str(excinfo.value)
+        if isinstance(excinfo.value, ReplayError):  # the message says what went wrong; no traceback of ours
+            return f"harness error (please report it with this case):\n{excinfo.value}"
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
     def reportinfo(self):

@@ -44,6 +44,12 @@ class CaseInputError(Exception):
     """The dump itself is unusable for this case: the message names the file and the API."""
 
 
+class ReplayError(Exception):
+    """The harness replayed the call wrongly: a harness error, never the dump's fault. msprobe
+    recorded the call after it ran, so arguments that do not bind to the op we call mean that our
+    name resolution or argument reconstruction is wrong, not the dump."""
+
+
 class BaselineMismatch(CaseInputError):
     """The recorded baseline was made from other inputs or outputs than this run's: no fair comparison."""
 
@@ -145,7 +151,8 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     try:
         run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
                        baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
-                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results)
+                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results,
+                       golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
     except OpExecutionError as exc:
         raise _replay_failure(case, op, inputs, exc, settings) from None
     if run.error:
@@ -197,13 +204,17 @@ def _has_dtype(args, kwargs) -> bool:
 
 def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings: Settings) -> Exception:
     """The op raised. When the float64 golden runs the same inputs, the dump is fine and this run
-    cannot replay the call on its device: a skip that says so. Otherwise the dump's arguments do not
-    fit the op: an input error of the dump."""
+    cannot replay the call on its device: a skip that says so. A TypeError on both sides is our
+    replay binding the arguments wrongly: a ReplayError. Otherwise the dump's arguments do not fit
+    the op: an input error of the dump."""
     if type(exc.__cause__).__name__ == "RandomFusedCall":  # a fused op's own check: its dropout is on
         return CaseSkipped("random-op", f"{case.key}: {exc.__cause__}")
     if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
         return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
                                            f"inputs, so the dump is not at fault: {exc}")
+    if isinstance(exc.__cause__, TypeError):  # the arguments do not bind: the replay chose them, not the model
+        return ReplayError(f"{case.key} ({case.source}): the replay is at fault, not the dump: msprobe recorded "
+                           f"this call as the model made it, but the replay's arguments do not bind: {exc}")
     return CaseInputError(f"{case.key} ({case.source}): {exc}")
 
 

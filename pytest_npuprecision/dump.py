@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .arguments import (
-    DecodedCall,
     MalformedDescriptor,
     UnsupportedDescriptor,
     decode_call,
@@ -31,6 +30,7 @@ from .arguments import (
     iter_specs,
     require_rebuildable,
 )
+from .random_ops import random_reason
 
 DATA_DIR_NAME = "dump_tensor_data"
 _API_KEY = re.compile(
@@ -357,62 +357,6 @@ def _decoded_skip(case: DumpCase) -> tuple[SkipReason, str] | None:
 def _check_rebuildable(specs) -> None:
     for spec in iter_specs(tuple(specs)):
         require_rebuildable(spec)
-
-
-# ---------------------------------------------------------------- random ops
-
-
-@dataclass(frozen=True)
-class _Switch:
-    """An argument that turns an op's randomness off when it has the value ``off``."""
-
-    names: tuple[str, ...]  # keyword spellings
-    position: int
-    default: Any
-    off: Any
-
-
-_P = _Switch(("p",), 1, 0.5, 0)
-_TRAINING = _Switch(("training", "train"), 2, True, False)
-# Ops that draw random numbers only while every one of their switches is on.
-_RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
-    **{op: (_P, _TRAINING) for op in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                                       "feature_alpha_dropout", "feature_dropout", "native_dropout")},
-    "rrelu": (_Switch(("training",), 3, False, False),),
-    "rrelu_": (_Switch(("training",), 3, False, False),),
-    "scaled_dot_product_attention": (_Switch(("dropout_p",), 4, 0.0, 0),),
-    "multi_head_attention_forward": (_Switch(("dropout_p",), 10, None, 0), _Switch(("training",), 13, True, False)),
-    "npu_fusion_attention": (_Switch(("keep_prob",), 9, 1.0, 1),),
-    "npu_fusion_attention_grad": (_Switch(("keep_prob",), 1 << 30, 1.0, 1),),  # keyword only
-    "npu_dropout_with_add_softmax": (_Switch(("prob",), 3, None, 0),),
-}
-_ALWAYS_RANDOM = frozenset({
-    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-    "bernoulli_", "multinomial", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_",
-    "log_normal_", "random_", "poisson", "gumbel_softmax", "rrelu_with_noise", "npu_dropout",
-    "npu_dropout_gen_mask", "_npu_dropout",
-})
-
-
-def random_reason(name: str, call: DecodedCall) -> str | None:
-    """Why calling op ``name`` with these arguments is random, or None when it is deterministic."""
-    op = name.rsplit(".", 1)[-1]
-    if op in _ALWAYS_RANDOM:
-        return "always"
-    switches = _RANDOM_UNLESS.get(op)
-    if switches is None:
-        return "its name says dropout" if "dropout" in op else None
-    values = [_argument(call, s) for s in switches]
-    if any(value == s.off or value is None for value, s in zip(values, switches)):
-        return None
-    return ", ".join(f"{s.names[0]}={value!r}" for value, s in zip(values, switches))
-
-
-def _argument(call: DecodedCall, switch: _Switch) -> Any:
-    for keyword in switch.names:
-        if keyword in call.kwargs:
-            return call.kwargs[keyword]
-    return call.args[switch.position] if len(call.args) > switch.position else switch.default
 
 
 def recorded_nonfinite(case: DumpCase) -> bool:

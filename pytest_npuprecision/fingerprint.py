@@ -21,10 +21,20 @@ from .arguments import CallInputs
 def update_with_tensor(digest: "hashlib._Hash", t: torch.Tensor) -> None:
     """Feed a tensor's dtype, shape and bytes (little-endian, as laid out in memory) to ``digest``."""
     # resolve_conj/resolve_neg: a lazily conjugated or negated view has no bytes of its own to view as uint8
-    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    t = t.detach().cpu().resolve_conj().resolve_neg()
     digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
-    if t.numel():
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    # An expanded input (stride 0) repeats one slice: hash that slice once and say along which
+    # dimensions it repeats, rather than materializing every copy. A size-1 dimension repeats nothing.
+    expanded = tuple(d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1)
+    for d in expanded:
+        t = t.narrow(d, 0, 1)
+    if expanded:
+        digest.update(f" expanded along {expanded}".encode())
+    flat = t.contiguous().reshape(-1)
+    if flat.numel() == 1 and flat.stride(0) != 1:  # one element of stride 0 counts as contiguous, yet has no bytes to view
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    if flat.numel():
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ class Rules:
     limits: Mapping[str, Mapping[str, Any]]  # standard -> raw limit table (per dtype or per level)
     ops: Mapping[str, OpRule]
     backward_roundings: int = 0  # intermediate roundings every backward case may make
+    dtype_grid_golden: frozenset[str] = frozenset()  # ops whose golden runs in the input's dtype (ops.yaml)
 
     @classmethod
     def default(cls) -> "Rules":
@@ -121,6 +122,7 @@ class Rules:
             limits=MappingProxyType(dict(thresholds["standards"])),
             ops=MappingProxyType(_op_rules(ops)),
             backward_roundings=_roundings(ops.get("backward_roundings", 0), "backward_roundings"),
+            dtype_grid_golden=frozenset(ops.get("dtype_grid_golden") or ()),
         )
 
     def merged(self, overrides: Mapping[str, Any] | str | Path) -> "Rules":
@@ -140,10 +142,11 @@ class Rules:
         return self._merged(overrides)
 
     def _merged(self, data: Mapping[str, Any]) -> "Rules":
-        unknown = set(data) - {"dtypes", "standards", "levels", "ops", "backward_roundings"}
+        unknown = set(data) - {"dtypes", "standards", "levels", "ops", "backward_roundings", "dtype_grid_golden"}
         if unknown:
             raise ValueError(
-                f"override keys {sorted(unknown)} are unknown: use dtypes, standards, levels, ops or backward_roundings"
+                f"override keys {sorted(unknown)} are unknown: use dtypes, standards, levels, ops, backward_roundings "
+                f"or dtype_grid_golden"
             )
         dtypes = dict(self.dtypes)
         floors = dict(self.benchmark_floors)
@@ -165,7 +168,8 @@ class Rules:
             ops[name] = _merge_rule(ops.get(name), rule)
         backward = data.get("backward_roundings", self.backward_roundings)
         return Rules(MappingProxyType(dtypes), MappingProxyType(floors), MappingProxyType(limits),
-                     MappingProxyType(ops), _roundings(backward, "backward_roundings"))
+                     MappingProxyType(ops), _roundings(backward, "backward_roundings"),
+                     self.dtype_grid_golden | frozenset(data.get("dtype_grid_golden") or ()))
 
     def with_op(self, name: str, *, standard: str | None = None, backward: str | None = None,
                 level: str | None = None, roundings: int | None = None,

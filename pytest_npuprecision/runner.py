@@ -49,7 +49,7 @@ class RunOutput:
 class RunResult:
     op: str
     device: torch.device
-    golden_dtype: torch.dtype  # the dtype the golden really used (float32 after a fallback)
+    golden_dtype: torch.dtype | None  # the dtype the golden really used (float32 after a fallback; None: the inputs')
     outputs: tuple[RunOutput, ...]
     grads: tuple[RunOutput, ...] = ()
     device_seconds: float = 0.0  # the op's forward and backward on the device, synchronized
@@ -89,6 +89,12 @@ def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Ten
             g is None for (_, o), g in zip(outputs, grad_outputs) if not isinstance(o, torch.Tensor)):
         # One entry per output, null for the ints (msprobe's backward input for seed, offset, numels).
         grad_outputs = [g for (_, o), g in zip(outputs, grad_outputs) if isinstance(o, torch.Tensor)]
+    if len(grad_outputs) > len(tensors) and all(g is None for g in grad_outputs[len(tensors):]):
+        # msprobe records the gradients of the autograd node's outputs, and an op such as group_norm
+        # returns one tensor from a node with three (out, mean, rstd): the extras are null.
+        notes.append(f"grad_outputs has {len(grad_outputs)} entries for {len(tensors)} tensor outputs; "
+                     f"the last {len(grad_outputs) - len(tensors)} are null and carry no gradient")
+        grad_outputs = grad_outputs[:len(tensors)]
     if len(grad_outputs) > len(tensors):
         return {}, (f"grad_outputs has {len(grad_outputs)} entries but the op returned {len(tensors)} "
                     f"tensor outputs: pass one gradient (or None) per tensor output")
@@ -228,7 +234,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
              device: Backend | torch.device | str, golden: Backend | None = None, baseline: Backend | None = None,
              backward: bool = False, grad_outputs: Sequence[torch.Tensor | None] | None = None,
              requires_grad: Collection[int | str] = (), seed: int = 0,
-             golden_dtype: torch.dtype = torch.float64, autocast: torch.dtype | None = None,
+             golden_dtype: torch.dtype | None = torch.float64, autocast: torch.dtype | None = None,
              reference: Callable[..., Any] | None = None, recorded: RecordedResults | None = None) -> RunResult:
     """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
 
@@ -271,6 +277,9 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     output_dtypes = recorded.output_dtypes if recorded is not None else [t.dtype for _, t in dev.outputs
                                                                           if isinstance(t, torch.Tensor)]
     golden_side = golden_for(golden_backend, golden_dtype, seed, _autocast_rounding(autocast, output_dtypes))
+    if golden_dtype is None:
+        notes.append(f"golden computed on {golden_backend.name} in the inputs' dtype: {op.api_name} is defined on "
+                     f"its dtype's grid, where a float64 golden would step by float64's ulp")
     try:
         gold, gold_grads, golden_seconds, golden_notes = run_side(
             golden_op, args, kwargs, golden_side, grad_paths, golden_cotangents if offline_grads else cotangents)
@@ -315,7 +324,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
-    outputs = aligned(op, outputs)
+    outputs = _complex_split(aligned(op, outputs))
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
         placed = positional_gradients(recorded.grads, tensor_paths(args, kwargs), notes) if op.prefix == "NPU" \
@@ -333,7 +342,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
                                   notes, lambda n, t: accs.get(n))
         if base is not None:
             grads = _with_baseline(grads, base_side, _named_grads(base_grads), notes)
-        grads = _autocast_precision(grads, golden_side.rounds_to, notes)
+        grads = _complex_split(_autocast_precision(grads, golden_side.rounds_to, notes))
         error = error or grad_error
     spread = GoldenSpread(golden_op, args, kwargs, golden_side, grad_paths if grads else (), cotangents, seed)
     outputs = [replace(o, spread=spread.of(o.name, o.golden)) if o.accumulation is not None else o for o in outputs]
@@ -343,6 +352,22 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
         overflowed=overflowed)
+
+
+def _complex_split(outputs: list[RunOutput]) -> list[RunOutput]:
+    """A complex output as two real ones, ``NAME.real`` and ``NAME.imag``: the metrics and standards
+    are real-valued, and each part of a complex64 result is a float32 computed by the kernel."""
+    split = []
+    for out in outputs:
+        if not out.actual.is_complex():
+            split.append(out)
+            continue
+        for part in ("real", "imag"):
+            def take(t: torch.Tensor | None, part=part) -> torch.Tensor | None:
+                return None if t is None else getattr(t.resolve_conj(), part).contiguous()
+            split.append(replace(out, name=f"{out.name}.{part}", actual=take(out.actual), golden=take(out.golden),
+                                 baseline=take(out.baseline)))
+    return split
 
 
 def _fair_overflow(outputs: Sequence[RunOutput]) -> str | None:

@@ -240,8 +240,9 @@ def _rules_models() -> tuple[type[Record], type[Record]]:
         levels=(Optional[Annotated[Dict[LevelName, Annotated[List[Name], _list("op names")]],
                                    _mapping("levels to op lists")]], None),
         ops=(Optional[Annotated[Dict[Name, Optional[op_entry]], _mapping("op names to their rules")]], None),
-        backward_roundings=(Roundings, None))
-    rules.what = "a mapping with dtypes, standards, levels, ops or backward_roundings"
+        backward_roundings=(Roundings, None),
+        dtype_grid_golden=(Optional[Annotated[List[Name], _list("op names")]], None))
+    rules.what = "a mapping with dtypes, standards, levels, ops, backward_roundings or dtype_grid_golden"
     return rules, op_entry
 
 

@@ -250,7 +250,8 @@ def run_side(op, args, kwargs, side: Side, grad_paths, cotangents) -> tuple[Forw
     return forward, grads, forward.seconds + seconds, notes
 
 
-def golden_for(golden: Backend, dtype: torch.dtype, seed: int, rounds_to: torch.dtype | None = None) -> Side:
-    return Side(f"golden ({golden.name}, {str(dtype).removeprefix('torch.')})", golden, float_dtype=dtype, seed=seed,
-                 rounds_to=rounds_to)
+def golden_for(golden: Backend, dtype: torch.dtype | None, seed: int, rounds_to: torch.dtype | None = None) -> Side:
+    """The golden side; ``dtype`` None runs it in the inputs' own dtypes (an op defined on its dtype's grid)."""
+    shown = "inputs' dtype" if dtype is None else str(dtype).removeprefix('torch.')
+    return Side(f"golden ({golden.name}, {shown})", golden, float_dtype=dtype, seed=seed, rounds_to=rounds_to)
 

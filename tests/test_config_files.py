@@ -75,13 +75,13 @@ BAD_RULES = {
     "a number among op names": ("standards: {ulp: [gelu, 5]}", "standards.ulp[1]: expected a name, got 5"),
     "roundings past the cap": ("ops: {gelu: {roundings: 1000}}",
                                "ops.gelu.roundings: expected a whole number from 0 to 64, got 1000"),
-    "an unknown key": ("tolerance: 3", "tolerance: is unknown: use dtypes, standards, levels, ops, backward_roundings"),
+    "an unknown key": ("tolerance: 3", "tolerance: is unknown: use dtypes, standards, levels, ops, backward_roundings, dtype_grid_golden"),
     "an unknown key of an op": ("ops: {gelu: {tolerance: 3}}",
                                 "ops.gelu.tolerance: is unknown: use standard, backward, level, roundings, limits"),
     "an op name with a dot": ("ops: {'Functional.gelu': {level: L7}}",
                               "ops['Functional.gelu'].level: 'L7' is not a level: use L0, L1, L2"),
-    "an empty file": ("", "the top level: expected a mapping with dtypes, standards, levels, ops or "
-                          "backward_roundings, got None"),
+    "an empty file": ("", "the top level: expected a mapping with dtypes, standards, levels, ops, "
+                          "backward_roundings or dtype_grid_golden, got None"),
     "a key given twice": ("ops: {}\nops: {}", "the rules file gives the key 'ops' twice in one mapping at line 2, "
                                               "column 1: keep one"),
     "a python tag": ("x: !!python/object/apply:os.system [touch PWNED]",

@@ -189,7 +189,7 @@ def test_warning_limits_give_a_warning_not_an_error():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"standardz": {}}, "override keys ['standardz'] are unknown: use dtypes, standards, levels, ops or backward_roundings"),
+        ({"standardz": {}}, "override keys ['standardz'] are unknown: use dtypes, standards, levels, ops, backward_roundings or dtype_grid_golden"),
         ({"ops": {"gelu": {"standard": "fuzzy"}}},
          "standard 'fuzzy' in op 'gelu' is unknown: use one of binary, absolute, ulp, thousandth, error_bound, benchmark"),
         ({"ops": {"gelu": {"levle": "L2"}}},
