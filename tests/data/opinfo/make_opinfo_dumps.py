@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Dump the sample inputs of PyTorch's OpInfo database with msprobe: one dump folder per dtype.
+
+Each OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` that runs on the CPU in
+the chosen dtype gives up to ``--samples`` of its sample inputs. Each sample is called once through
+the public function msprobe hooks (``torch.linalg.svd``, not the object OpInfo captured at import),
+so the dump names are the ones msprobe writes (``Torch.svd``), then differentiated with seeded
+random cotangents, as torch's own gradient tests do (after the OpInfo's ``output_process_fn_grad``).
+
+    /work/msvenv/bin/python make_opinfo_dumps.py --dtype float32 --out /tmp/opinfo            # every OpInfo
+    /work/msvenv/bin/python make_opinfo_dumps.py --dtype float16 --ops matrix_exp logaddexp --out DIR
+    /work/msvenv/bin/python make_opinfo_dumps.py --dtype float32 --slice 0:100 --out DIR     # op_db[0:100]
+
+It needs msprobe (``mindstudio-probe``), torch's test internals and ``expecttest``: a tool to make
+data, never a test dependency. msprobe's debugger is a per-process singleton, so each dtype is dumped
+in a child process, into ``OUT/<dtype>/step0/rank0/dump.json`` (the folder is replaced whole). The
+run is seeded per OpInfo and sample, so a slice dumps the same tensors as the full run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+SEED = 20261125
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def full_name(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def select(op_db, names: list[str], start: int, stop: int | None) -> list:
+    ops = op_db[start:stop]
+    if names:
+        wanted = set(names)
+        ops = [op for op in ops if op.name in wanted or full_name(op) in wanted]
+    return ops
+
+
+def _public_callables(torch):
+    """Each public op object by identity -> (namespace, attribute): found again at call time, where
+    msprobe has swapped in its hooked wrapper."""
+    import torch.nn.functional as F
+    table = {}
+    for namespace in (torch.Tensor, torch.special, torch.fft, F, torch.linalg, torch):  # torch last: wins
+        for attr in dir(namespace):
+            if attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__")):
+                continue
+            try:
+                value = getattr(namespace, attr)
+                table[id(value)] = (namespace, attr)
+            except Exception:
+                continue
+    return table
+
+
+def _tensors(value):
+    """The tensors of an output, in order (tuples, lists and named tuples flattened)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def dump_dtype(dtype_name: str, out: Path, names: list[str], start: int, stop: int | None, samples: int,
+               max_numel: int) -> None:
+    import torch
+    from msprobe.pytorch import PrecisionDebugger
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    dtype = getattr(torch, dtype_name)
+    config = {"task": "tensor", "dump_path": str(out), "rank": [], "step": [], "level": "L1",
+              "async_dump": False, "tensor": {"scope": [], "list": [], "data_mode": ["all"]}}
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "config.json"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    shutil.rmtree(out / "step0", ignore_errors=True)
+
+    public = _public_callables(torch)
+    debugger = PrecisionDebugger(config_path=str(config_path))
+    log = []
+    for op in select(op_db, names, start, stop):
+        name = full_name(op)
+        if dtype not in op.supported_dtypes("cpu"):
+            continue
+        entry = {"op": name, "samples": 0, "backward": 0, "errors": []}
+        seed = SEED + zlib.crc32(f"{name}/{dtype_name}".encode())
+        torch.manual_seed(seed)
+        grad = op.supports_autograd and dtype.is_floating_point
+        try:
+            inputs = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+        except Exception as exc:
+            entry["errors"].append(f"sample_inputs: {type(exc).__name__}: {exc}"[:300])
+            log.append(entry)
+            continue
+        # Prefer small samples: the dumps stay small and each case stays fast.
+        inputs = [s for s in inputs if sum(t.numel() for t in _tensors([s.input, *s.args])) <= max_numel][:samples]
+        found = public.get(id(op.op))
+        for index, sample in enumerate(inputs):
+            torch.manual_seed(seed + index)
+            call = op.op if found is None else None
+            try:
+                debugger.start(rank_id=0)
+                if call is None:
+                    call = getattr(*found)  # msprobe's wrapper, installed by start()
+                result = call(sample.input, *sample.args, **sample.kwargs)
+                debugger.stop()
+                entry["samples"] += 1
+                if grad:
+                    processed = sample.output_process_fn_grad(result)
+                    outs = [t for t in _tensors(processed) if t.requires_grad and t.is_floating_point()]
+                    if outs:
+                        cotangents = [torch.randn(t.shape, dtype=torch.float32).to(t.dtype) for t in outs]
+                        debugger.start(rank_id=0)
+                        torch.autograd.backward(outs, cotangents, inputs=[
+                            t for t in _tensors([sample.input, *sample.args, *sample.kwargs.values()])
+                            if t.requires_grad] or None)
+                        debugger.stop()
+                        entry["backward"] += 1
+            except Exception as exc:
+                debugger.stop()
+                entry["errors"].append(f"sample {index}: {type(exc).__name__}: {exc}"[:300])
+        log.append(entry)
+    debugger.step()
+    (out / "opinfo_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    print(json.dumps({"dtype": dtype_name, "opinfos": len(log), "samples": sum(e["samples"] for e in log),
+                      "backward": sum(e["backward"] for e in log),
+                      "with_errors": sum(1 for e in log if e["errors"])}))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", choices=DTYPES, nargs="+", default=list(DTYPES))
+    parser.add_argument("--out", type=Path, required=True, help="one folder per dtype is made under it")
+    parser.add_argument("--ops", nargs="*", default=[], help="OpInfo names (name or name.variant); default all")
+    parser.add_argument("--slice", default=":", help="START:STOP into op_db, before --ops filters")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--max-numel", type=int, default=4096, help="skip samples with more input elements")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    first, _, last = args.slice.partition(":")
+    start, stop = int(first or 0), (int(last) if last else None)
+    if args.child:
+        dump_dtype(args.dtype[0], args.out, args.ops, start, stop, args.samples, args.max_numel)
+        return 0
+    status = 0
+    for dtype in args.dtype:
+        began = time.monotonic()
+        command = [sys.executable, __file__, "--child", "--dtype", dtype, "--out", str(args.out / dtype),
+                   "--slice", args.slice, "--samples", str(args.samples), "--max-numel", str(args.max_numel)]
+        if args.ops:
+            command += ["--ops", *args.ops]
+        done = subprocess.run(command, capture_output=True, text=True)
+        (args.out / dtype).mkdir(parents=True, exist_ok=True)
+        (args.out / dtype / "msprobe.log").write_text(done.stdout + done.stderr)
+        last_line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+        print(f"{dtype}: {'ok' if done.returncode == 0 else f'failed ({done.returncode})'} "
+              f"in {time.monotonic() - began:.0f} s: {last_line}")
+        status = status or done.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
