@@ -13,8 +13,10 @@ random cotangents, as torch's own gradient tests do (after the OpInfo's ``output
 
 It needs msprobe (``mindstudio-probe``), torch's test internals and ``expecttest``: a tool to make
 data, never a test dependency. msprobe's debugger is a per-process singleton, so each dtype is dumped
-in a child process, into ``OUT/<dtype>/step0/rank0/dump.json`` (the folder is replaced whole). The
-run is seeded per OpInfo and sample, so a slice dumps the same tensors as the full run.
+in child processes, into ``OUT/<dtype>/partNN/step0/rank0/dump.json`` (``OUT/<dtype>`` is replaced
+whole). An op that raises while msprobe is hooked can leave msprobe recording nothing more (``sgn``
+does), so the child stops there and a fresh child carries on from the next OpInfo, into the next
+part. The run is seeded per OpInfo and sample, so a slice dumps the same tensors as the full run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections import Counter
 from pathlib import Path
 
 SEED = 20261125
@@ -36,12 +39,16 @@ def full_name(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def select(op_db, names: list[str], start: int, stop: int | None) -> list:
-    ops = op_db[start:stop]
+def select(op_db, names: list[str], start: int, stop: int | None) -> list[tuple[int, object]]:
+    """(index into op_db, OpInfo) of the chosen slice and names."""
+    ops = list(enumerate(op_db))[start:stop]
     if names:
         wanted = set(names)
-        ops = [op for op in ops if op.name in wanted or full_name(op) in wanted]
+        ops = [(i, op) for i, op in ops if op.name in wanted or full_name(op) in wanted]
     return ops
+
+
+BROKEN = 3  # the child's exit status when msprobe saw an op raise: resume in a fresh process
 
 
 def _public_callables(torch):
@@ -72,7 +79,7 @@ def _tensors(value):
 
 
 def dump_dtype(dtype_name: str, out: Path, names: list[str], start: int, stop: int | None, samples: int,
-               max_numel: int) -> None:
+               max_numel: int) -> int:
     import torch
     from msprobe.pytorch import PrecisionDebugger
     from torch.testing._internal.common_methods_invocations import op_db
@@ -83,12 +90,11 @@ def dump_dtype(dtype_name: str, out: Path, names: list[str], start: int, stop: i
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "config.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")
-    shutil.rmtree(out / "step0", ignore_errors=True)
 
     public = _public_callables(torch)
     debugger = PrecisionDebugger(config_path=str(config_path))
-    log = []
-    for op in select(op_db, names, start, stop):
+    log, resume = [], None
+    for position, op in select(op_db, names, start, stop):
         name = full_name(op)
         if dtype not in op.supported_dtypes("cpu"):
             continue
@@ -129,18 +135,23 @@ def dump_dtype(dtype_name: str, out: Path, names: list[str], start: int, stop: i
             except Exception as exc:
                 debugger.stop()
                 entry["errors"].append(f"sample {index}: {type(exc).__name__}: {exc}"[:300])
+                resume = position + 1
+                break
         log.append(entry)
+        if resume is not None:
+            break
     debugger.step()
     (out / "opinfo_log.json").write_text(json.dumps(log, indent=1) + "\n")
     print(json.dumps({"dtype": dtype_name, "opinfos": len(log), "samples": sum(e["samples"] for e in log),
                       "backward": sum(e["backward"] for e in log),
-                      "with_errors": sum(1 for e in log if e["errors"])}))
+                      "with_errors": sum(1 for e in log if e["errors"]), "resume": resume}))
+    return BROKEN if resume is not None else 0
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=DTYPES, nargs="+", default=list(DTYPES))
-    parser.add_argument("--out", type=Path, required=True, help="one folder per dtype is made under it")
+    parser.add_argument("--out", type=Path, required=True, help="one folder per dtype is made (replaced) under it")
     parser.add_argument("--ops", nargs="*", default=[], help="OpInfo names (name or name.variant); default all")
     parser.add_argument("--slice", default=":", help="START:STOP into op_db, before --ops filters")
     parser.add_argument("--samples", type=int, default=3)
@@ -150,24 +161,31 @@ def main(argv: list[str]) -> int:
     first, _, last = args.slice.partition(":")
     start, stop = int(first or 0), (int(last) if last else None)
     if args.child:
-        dump_dtype(args.dtype[0], args.out, args.ops, start, stop, args.samples, args.max_numel)
-        return 0
+        return dump_dtype(args.dtype[0], args.out, args.ops, start, stop, args.samples, args.max_numel)
     status = 0
     for dtype in args.dtype:
-        began = time.monotonic()
-        command = [sys.executable, __file__, "--child", "--dtype", dtype, "--out", str(args.out / dtype),
-                   "--slice", args.slice, "--samples", str(args.samples), "--max-numel", str(args.max_numel)]
-        if args.ops:
-            command += ["--ops", *args.ops]
-        done = subprocess.run(command, capture_output=True, text=True)
-        (args.out / dtype).mkdir(parents=True, exist_ok=True)
-        (args.out / dtype / "msprobe.log").write_text(done.stdout + done.stderr)
-        last_line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
-        print(f"{dtype}: {'ok' if done.returncode == 0 else f'failed ({done.returncode})'} "
-              f"in {time.monotonic() - began:.0f} s: {last_line}")
+        began, part, at, totals = time.monotonic(), 0, start, Counter()
+        shutil.rmtree(args.out / dtype, ignore_errors=True)
+        while True:
+            out = args.out / dtype / f"part{part:02d}"
+            command = [sys.executable, __file__, "--child", "--dtype", dtype, "--out", str(out),
+                       "--slice", f"{at}:{'' if stop is None else stop}", "--samples", str(args.samples),
+                       "--max-numel", str(args.max_numel)]
+            if args.ops:
+                command += ["--ops", *args.ops]
+            done = subprocess.run(command, capture_output=True, text=True)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "msprobe.log").write_text(done.stdout + done.stderr)
+            lines = done.stdout.strip().splitlines()
+            summary = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+            totals.update({k: v for k, v in summary.items() if k in ("opinfos", "samples", "backward", "with_errors")})
+            if done.returncode != BROKEN:
+                break
+            part, at = part + 1, summary["resume"]
+        print(f"{dtype}: {'ok' if done.returncode == 0 else f'failed ({done.returncode}): {done.stderr[-2000:]}'} "
+              f"in {time.monotonic() - began:.0f} s, {part + 1} parts: {json.dumps(dict(totals))}")
         status = status or done.returncode
     return status
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
