@@ -26,10 +26,11 @@ LABELS = {"error": "precision fail"}
 
 
 def dump_folders(root: Path) -> list[Path]:
-    """``root`` itself when it holds a dump.json directly under step/rank folders, else its children that do."""
-    if any(root.glob("step*/*/dump.json")) or (root / "dump.json").exists():
+    """``root`` itself when it is one dump (a dump.json, step folders, or the dump script's part
+    folders), else each of its subfolders that holds a dump."""
+    if (root / "dump.json").exists() or any(re.fullmatch(r"(step|part)\d+", p.name) for p in root.iterdir()):
         return [root]
-    return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob("step*/*/dump.json")))
+    return sorted(p for p in root.iterdir() if p.is_dir() and any(p.rglob("dump.json")))
 
 
 def run_dump(dump: Path, reports: Path, device: str, workers: int, extra: list[str]) -> float:
