@@ -175,7 +175,9 @@ def main(argv: list[str]) -> int:
                 command += ["--ops", *args.ops]
             done = subprocess.run(command, capture_output=True, text=True)
             out.mkdir(parents=True, exist_ok=True)
-            (out / "msprobe.log").write_text(done.stdout + done.stderr)
+            # msprobe logs two INFO lines per call: keep its warnings and errors only
+            kept = [line for line in (done.stdout + done.stderr).splitlines() if "[INFO]" not in line]
+            (out / "msprobe.log").write_text("\n".join(kept) + "\n")
             lines = done.stdout.strip().splitlines()
             summary = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
             totals.update({k: v for k, v in summary.items() if k in ("opinfos", "samples", "backward", "with_errors")})
