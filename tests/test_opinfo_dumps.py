@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
+from faulty_backend import Fault  # imported before pytester's runs, which drop modules they first import
 
-import faulty_backend  # noqa: F401 - imported before pytester's runs, which drop modules they first import
 from pytest_npuprecision import namesakes
 
 DUMPS = Path(__file__).resolve().parent / "data" / "opinfo"
@@ -75,11 +76,11 @@ def test_fair_kernels_pass(pytester):
     assert set(fair.values()) == {"pass"}, {k: s for k, s in fair.items() if s != "pass"}
 
 
-@pytest.mark.parametrize("fault", ['Fault("bias", 8)', 'Fault("wrong_element")', 'Fault("nan")',
-                                   'Fault("low_precision", dtype=torch.bfloat16)'])
+@pytest.mark.parametrize("fault", [Fault("bias", 8), Fault("wrong_element"), Fault("nan"),
+                                   Fault("low_precision", dtype=torch.bfloat16)], ids=lambda f: f.kind)
 def test_planted_defects_in_fair_kernels_fail(pytester, fault):
     module = next(_modules)
-    faults = ", ".join(f'"{api}": {fault}' for api in ("Torch.exp", "Torch.matmul", "Torch.softmax"))
+    faults = ", ".join(f'"{api}": {fault!r}' for api in ("Torch.exp", "Torch.matmul", "Torch.softmax"))
     pytester.makepyfile(**{module: f"import torch\nfrom faulty_backend import Fault, FaultyBackend\n"
                                    f"backend = FaultyBackend({{{faults}}})\n"})
     pytester.syspathinsert()
