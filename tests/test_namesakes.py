@@ -94,3 +94,13 @@ def test_signatures_come_from_torch_and_keep_keyword_only_arguments():
     assert not namesakes.binds(torch.linalg.diagonal, (T3, 1), {})
     assert namesakes.binds(torch.diagonal, (T3, 1), {})
     assert not namesakes.binds(torch.vander, (X,), {"M": 2})
+
+
+def test_check_call_takes_the_namesake_its_arguments_name():
+    from pytest_npuprecision.check import check_call
+
+    verdict = check_call("Torch.svd", A.float(), full_matrices=False)  # torch.svd has no full_matrices
+    assert verdict.status.value == "pass"
+    assert check_call(torch.svd, A.float(), some=True).status.value == "pass"  # the function given
+    with pytest.raises(ValueError, match="pass the function itself"):
+        check_call("Torch.diagonal", T3.float())
