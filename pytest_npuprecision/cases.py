@@ -25,8 +25,9 @@ from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
 from .metrics import Accumulation, Metrics
-from .ops import resolve
-from .recorded import NothingRecorded, recorded_results
+from .namesakes import NoSingleNamesake
+from .ops import choose_namesake, resolve
+from .recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
 from .rules import Rules
 from .runner import OpExecutionError, RunOutput, golden_runs, run_call
 from .verdict import Status, Verdict
@@ -134,6 +135,12 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
         raise CaseInputError(str(exc)) from None
     except NothingRecorded as exc:
         raise CaseSkipped("no-recorded-output", str(exc)) from None
+    if op.namesakes:  # Torch.svd: torch.svd or torch.linalg.svd, as the recorded call says
+        try:
+            op = choose_namesake(op, materialized.args, materialized.kwargs, forward_output_shapes(case),
+                                 lambda: forward_output_tensors(case, data_dir))
+        except NoSingleNamesake as exc:
+            raise CaseSkipped("ambiguous-op", f"{case.key}: {exc}") from None
     unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
     if unsafe is not None:
         raise CaseSkipped("unsupported-op", f"{case.key}: {unsafe}")

@@ -6,6 +6,7 @@ from the inputs. For users' own tests, next to ``torch.testing.assert_close``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -15,7 +16,8 @@ from .backends import Backend, load_backend
 from .judging import judge
 from .metrics import Accumulation
 from .opcases.registry import registered_op
-from .ops import ResolvedOp, resolve
+from .namesakes import NoSingleNamesake
+from .ops import ResolvedOp, choose_namesake, resolve
 from .rules import Rules
 from .runner import run_call
 from .verdict import Status, Verdict, render_message
@@ -55,6 +57,11 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     golden calls instead (in float64), where ``op`` is your own kernel that fixes its dtypes inside.
     """
     resolved = _resolved(op)
+    if resolved.namesakes:  # "Torch.svd": torch.svd or torch.linalg.svd, as msprobe names both
+        try:
+            resolved = choose_namesake(resolved, args, kwargs)
+        except NoSingleNamesake as exc:
+            raise ValueError(f"check_call({op!r}): {exc}; pass the function itself") from None
     requires = (*(i for i, a in enumerate(args) if _float_tensor(a)),
                 *(k for k, v in kwargs.items() if _float_tensor(v))) if backward else ()
     baseline = load_backend(baseline, "baseline") if baseline is not None else None
@@ -87,7 +94,7 @@ def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
         name = _callable_name(op)
         found = resolve(name) if name is not None else None
         if found is not None and found.func is op:  # a torch operator: its tables' rules apply
-            return found
+            return dataclasses.replace(found, namesakes=())  # the function given, not a namesake
         return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op)
     custom = registered_op(op)
     found = resolve(custom.api_name if custom is not None else op)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from . import allowlist
+from . import allowlist, namesakes
 
 OpKind = Literal["function", "method"]
 
@@ -49,6 +49,9 @@ class ResolvedOp:
     reference: Callable[..., Any] | None = None  # a registered custom op's golden (default: func itself)
     like: str | None = None  # a registered custom op's built-in twin, whose table rows apply
     standard: str | None = None  # a registered custom op's forward standard
+    # msprobe names torch.linalg.svd and torch.svd both Torch.svd: the functions this name may be, of
+    # which a dump case chooses one by its recorded arguments (namesakes.choose); func is torch.<name>.
+    namesakes: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -171,6 +174,36 @@ def _npu(api_name: str, name: str) -> ResolvedOp:
     return ResolvedOp(api_name=api_name, func=func, inplace=_is_inplace(api_name), reference=reference)
 
 
+def _torch(api_name: str, name: str) -> ResolvedOp:
+    """``Torch.<name>``: torch's, or torch.linalg's where msprobe hooks that under the same name."""
+    options = []
+    for qualified in namesakes.candidates(name):
+        found, why = allowlist.torch_operator(qualified)
+        if found is None:
+            return _unsupported(api_name, f"not a known operator: {why}")
+        options.append((qualified, found))
+    if len(options) == 1:
+        return _callable(api_name, name, options[0][1], "function")
+    plain = dict(options)[name]
+    return dataclasses.replace(_callable(api_name, name, plain, "function"), namesakes=tuple(options))
+
+
+def _callable(api_name: str, name: str, found: Any, kind: OpKind) -> ResolvedOp:
+    if not callable(found) or isinstance(found, type):
+        return _unsupported(api_name, f"{name!r} is a {type(found).__name__}, not a callable op")
+    return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=_is_inplace(api_name))
+
+
+def choose_namesake(op: ResolvedOp, args: tuple, kwargs: dict, recorded_shapes=None,
+                    recorded: Callable[[], tuple] = tuple) -> ResolvedOp:
+    """The function of ``op``'s namesakes that made this call (see namesakes.choose); raises
+    namesakes.NoSingleNamesake where the call does not say which."""
+    if not op.namesakes:
+        return op
+    _, func = namesakes.choose(op.api_name, op.namesakes, tuple(args), dict(kwargs), recorded_shapes, recorded)
+    return dataclasses.replace(op, func=func, namesakes=())
+
+
 def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
     if not name:
         return _unsupported(api_name, "expected '<Prefix>.<name>' such as 'Functional.gelu'")
@@ -183,7 +216,7 @@ def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
     elif prefix == "Tensor":
         (found, why), kind = allowlist.tensor_operator(name), "method"
     elif prefix == "Torch":
-        found, why = allowlist.torch_operator(name)
+        return _torch(api_name, name)
     elif prefix == "Aten":
         found, why = allowlist.aten_operator(name)
     elif prefix == "NPU":
@@ -193,6 +226,4 @@ def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
 
     if found is None:
         return _unsupported(api_name, f"not a known operator: {why or f'no such op {name!r} in this torch {torch.__version__}'}")
-    if not callable(found) or isinstance(found, type):
-        return _unsupported(api_name, f"{name!r} is a {type(found).__name__}, not a callable op")
-    return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=_is_inplace(api_name))
+    return _callable(api_name, name, found, kind)

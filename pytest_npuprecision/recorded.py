@@ -59,6 +59,20 @@ def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
                            output_dtypes=_forward_dtypes(case))
 
 
+def forward_output_shapes(case: Any) -> tuple[tuple[int, ...], ...] | None:
+    """The shapes of a case's forward output tensors, from their descriptors (no file is read)."""
+    try:
+        decoded = decode_value(case.forward.get("output"), "output")
+    except (DescriptorError, AttributeError):
+        return None
+    return tuple(spec.shape for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
+
+
+def forward_output_tensors(case: Any, data_dir: Path) -> tuple[torch.Tensor, ...]:
+    """A case's recorded forward output tensors, where the dump has their files (best effort)."""
+    return tuple(t for _, t in _forward_outputs(case, data_dir))
+
+
 def _forward_dtypes(case: Any) -> tuple[torch.dtype, ...]:
     """The dtypes of a backward case's forward outputs, from their descriptors (no file is read)."""
     try:

@@ -1,3 +1,4 @@
+import importlib
 import sys
 from pathlib import Path
 
@@ -15,6 +16,5 @@ if torch.distributed.is_available():
 
 # The same for the plugin's own modules: an in-process run that first imports settings.py would leave
 # the next run a fresh Backend class, and settings made by one would fail isinstance in the other.
-import pytest_npuprecision.active  # noqa: E402,F401
-import pytest_npuprecision.opcases.plugin  # noqa: E402,F401
-import pytest_npuprecision.settings  # noqa: E402,F401
+for _module in ("active", "opcases.plugin", "settings"):
+    importlib.import_module(f"pytest_npuprecision.{_module}")

@@ -102,7 +102,7 @@ def test_autocast_entries_are_replayed_under_autocast_and_judged_in_the_recorded
     w, b = torch.randn(8, 16, requires_grad=True), torch.randn(8)
     mixed = _linear_under_autocast(x_low, w, b)  # bfloat16 activation, float32 weight
     grad = torch.randn_like(mixed)
-    gx, gw = torch.autograd.grad(mixed, (w,), grad)[0], None
+    gx = torch.autograd.grad(mixed, (w,), grad)[0]
     writer.call("Functional.linear.0", (x_low, w, b), outputs=(mixed,), grad_in=(grad,),
                 grad_out=(None, gx, None), grad_inputs=(1,))
     writer.call("Functional.linear.1", (x, w, b), outputs=(_linear_under_autocast(x, w, b),))
