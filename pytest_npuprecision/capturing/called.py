@@ -29,6 +29,8 @@ def as_called(func: Callable[..., Any], args: tuple, kwargs: dict, frame: FrameT
     if split is None:
         return args, kwargs
     positional, names = split
+    if params_of(func)[:1] == ["self"]:
+        positional += 1  # a method: the call instruction does not count the instance
     try:
         params = list(inspect.signature(func).parameters.values())
         bound = inspect.signature(func).bind(*args, **kwargs).arguments
@@ -43,6 +45,13 @@ def as_called(func: Callable[..., Any], args: tuple, kwargs: dict, frame: FrameT
     return new_args, new_kwargs
 
 
+def params_of(func: Callable[..., Any]) -> list[str]:
+    try:
+        return list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
 def _default(params: list, name: str) -> Any:
     return next(p.default for p in params if p.name == name)
 
@@ -51,15 +60,17 @@ def _default(params: list, name: str) -> Any:
 def _call_split(code, offset: int) -> tuple[int, tuple[str, ...]] | None:
     """(positional count, keyword names) of the call at ``offset``; None for a call it cannot read."""
     instructions = list(dis.get_instructions(code))
-    at = next((i for i, ins in enumerate(instructions) if ins.offset == offset), None)
+    # f_lasti may point into the call's inline cache entries: the call is the last instruction at or before it
+    at = next((i for i in range(len(instructions) - 1, -1, -1) if instructions[i].offset <= offset), None)
     if at is None:
         return None
     call = instructions[at]
     if call.opname == "CALL":  # 3.11 (KW_NAMES, PRECALL, CALL) and 3.12 (KW_NAMES, CALL)
         names: tuple = ()
         for back in instructions[max(0, at - 2):at]:
-            if back.opname == "KW_NAMES":
-                names = tuple(back.argval) if isinstance(back.argval, tuple) else ()
+            if back.opname == "KW_NAMES":  # 3.11's dis gives the constant's index, 3.12's the names
+                value = back.argval if isinstance(back.argval, tuple) else code.co_consts[back.arg]
+                names = tuple(value) if isinstance(value, tuple) else ()
         return call.arg - len(names), names
     if call.opname == "CALL_KW" and at > 0 and isinstance(instructions[at - 1].argval, tuple):  # 3.13
         names = instructions[at - 1].argval

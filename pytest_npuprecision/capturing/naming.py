@@ -94,11 +94,14 @@ def _operator(method: str, caller: FrameType | None) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _instruction(code, offset: int) -> tuple[str | None, Any]:
+    found = None  # f_lasti may point into the instruction's inline cache entries
     for instruction in dis.get_instructions(code):
-        if instruction.offset == offset:
-            return instruction.opname, (instruction.argrepr if instruction.opname == "COMPARE_OP"
-                                        else instruction.arg)
-    return None, None
+        if instruction.offset > offset:
+            break
+        found = instruction
+    if found is None:
+        return None, None
+    return found.opname, (found.argrepr if found.opname == "COMPARE_OP" else found.arg)
 
 
 def caller_frame(depth: int) -> FrameType | None:

@@ -53,8 +53,8 @@ def _tensor(tensor: torch.Tensor, name: str, sink: TensorSink) -> dict:
     desc: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
     desc.update(statistics(tensor))
     desc["requires_grad"] = bool(tensor.requires_grad)
-    desc["data_name"] = f"{name}.pt"
-    if sink.folder is not None:
+    if sink.folder is not None:  # a statistics dump names no file, as msprobe's does not
+        desc["data_name"] = f"{name}.pt"
         # A copy on the CPU, detached and compact: later in-place updates must not change what was recorded.
         torch.save(tensor.detach().to("cpu", copy=True).contiguous(), sink.folder / f"{name}.pt")
     return desc
