@@ -11,7 +11,7 @@ from __future__ import annotations
 import dis
 import functools
 import sys
-from types import FrameType
+from types import FrameType, FunctionType
 from typing import Any, Callable
 
 import torch
@@ -56,6 +56,8 @@ def api_name(func: Callable[..., Any], caller: FrameType | None) -> str | None:
     module = getattr(func, "__module__", None) or ""
     if module.startswith("torch_npu"):
         return f"NPU.{name}"
+    if isinstance(func, FunctionType) and not module.startswith("torch"):
+        return _custom(func)
     if getattr(F, name, None) is func:
         return None if name.startswith("_") else f"Functional.{name}"
     qualname = getattr(func, "__qualname__", "") or ""
@@ -67,6 +69,15 @@ def api_name(func: Callable[..., Any], caller: FrameType | None) -> str | None:
     if getattr(torch, name, None) is func and not name.startswith("_"):
         return f"Torch.{name}"
     return None
+
+
+def _custom(func: Callable[..., Any]) -> str | None:
+    """A function registered with register_op that reaches the mode (``torch.overrides.wrap_torch_function``
+    makes a Python function do so) is recorded whole, as ``Custom.<name>``, which the harness resolves."""
+    from ..opcases.registry import name_of
+
+    name = name_of(func)
+    return f"Custom.{name}" if name is not None else None
 
 
 def _private(name: str) -> bool:
