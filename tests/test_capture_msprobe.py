@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import subprocess
+from xml.etree import ElementTree
 import sys
 from pathlib import Path
 
@@ -95,3 +96,25 @@ def test_capture_matches_msprobe(tmp_path, model, task):
     theirs = msprobe_dump(tmp_path, model, task)
     ours = captured_dump(tmp_path, model, task)
     assert dump_differences(ours, theirs) == []
+
+
+def _outcomes(pytester, dump: Path, name: str) -> dict[str, str]:
+    """Each case's outcome under ``pytest --npu-precision``, read from its JUnit XML."""
+    xml = pytester.path / f"{name}.xml"
+    pytester.runpytest("--npu-precision", str(dump), "-p", "no:cacheprovider", f"--junitxml={xml}")
+    outcomes = {}
+    for case in ElementTree.parse(xml).iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("skipped", "failure", "error")]
+        outcomes[case.get("name")] = kinds[0] if kinds else "passed"
+    return outcomes
+
+
+@needs_msprobe
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_captured_dump_checks_like_msprobes(pytester, tmp_path, model):
+    theirs = _outcomes(pytester, msprobe_dump(tmp_path, model, "tensor"), "msprobe")
+    ours = _outcomes(pytester, captured_dump(tmp_path, model, "tensor"), "capture")
+    assert list(ours) == list(theirs) and len(ours) >= 12
+    assert {name for name, kind in ours.items() if kind == "skipped"} <= \
+        {name for name, kind in theirs.items() if kind == "skipped"}
+    assert ours == theirs
