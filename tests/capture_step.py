@@ -2,7 +2,10 @@
 script, in a child process so its patching of torch stays there). Both build the same model from the same
 seed and make the calls in the same order, so their dumps can be compared key by key.
 
-    python capture_step.py MODEL TASK DUMP_PATH   # msprobe's dump of one step
+    python capture_step.py MODEL TASK DUMP_PATH THREADS   # msprobe's dump of one step
+
+THREADS is the test process's torch thread count: a reduction's blocking, and so its last bits,
+depends on it.
 """
 
 from __future__ import annotations
@@ -103,4 +106,5 @@ def msprobe_dump(model: str, task: str, dump_path: str) -> None:
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(int(sys.argv[4]))
     msprobe_dump(*sys.argv[1:4])

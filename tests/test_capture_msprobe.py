@@ -25,7 +25,8 @@ needs_msprobe = pytest.mark.skipif(importlib.util.find_spec("msprobe") is None,
 
 def msprobe_dump(tmp_path: Path, model: str, task: str) -> Path:
     out = tmp_path / "msprobe"
-    result = subprocess.run([sys.executable, str(HERE / "capture_step.py"), model, task, str(out)],
+    result = subprocess.run([sys.executable, str(HERE / "capture_step.py"), model, task, str(out),
+                             str(torch.get_num_threads())],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return out / "step0" / "rank0"
