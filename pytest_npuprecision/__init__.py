@@ -14,6 +14,7 @@ _EXPORTS = {
     "Backend": "backends", "BackendError": "backends", "BackendInfo": "backends",
     "assert_precise": "judging", "judge": "judging",
     "Accumulation": "metrics", "Metrics": "metrics",
+    "capture": "capturing", "Capture": "capturing", "CaptureGapWarning": "capturing",
     "CallVerdict": "check", "assert_call_precise": "check", "check_call": "check",
     "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
     "precision_case": "opcases.plugin",

@@ -43,6 +43,17 @@ def activate(config: pytest.Config) -> ModuleType:
     return active
 
 
+@pytest.fixture
+def npu_precision_capture(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """``with npu_precision_capture(): loss = model(x).sum(); loss.backward()`` records every API call of
+    the block as an msprobe dump and checks each one as ``--npu-precision`` would (docs/capture.md)."""
+    from .capturing.fixture import CaptureFixture  # torch is imported only by tests that use the fixture
+    from .settings import settings_for
+
+    return CaptureFixture(request.node.nodeid, tmp_path_factory.mktemp("npu_precision_capture"),
+                          settings_for(request.config))
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
     if collection_path.name == "dump_tensor_data":
         return True  # thousands of tensor files, none of them a test
