@@ -25,7 +25,7 @@ from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
 from .metrics import Accumulation, Metrics
-from .namesakes import NoSingleNamesake
+from .namesakes import NoSingleNamesake, unknown_keywords
 from .ops import choose_namesake, resolve
 from .recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
 from .rules import Rules
@@ -219,7 +219,10 @@ def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings:
     if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
         return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
                                            f"inputs, so the dump is not at fault: {exc}")
-    if isinstance(exc.__cause__, TypeError):  # the arguments do not bind: the replay chose them, not the model
+    # The arguments do not bind: the replay chose them, not the model. Unless the dump names a keyword
+    # the op has no parameter for: no call of it could have been recorded so, and the dump is at fault.
+    if isinstance(exc.__cause__, TypeError) and op.func is not None \
+            and not unknown_keywords(op.func, inputs.kwargs):
         return ReplayError(f"{case.key} ({case.source}): the replay is at fault, not the dump: msprobe recorded "
                            f"this call as the model made it, but the replay's arguments do not bind: {exc}")
     return CaseInputError(f"{case.key} ({case.source}): {exc}")

@@ -58,6 +58,15 @@ def binds(func: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
     return True
 
 
+def unknown_keywords(func: Callable[..., Any], kwargs: dict) -> list[str]:
+    """The recorded keywords ``func``'s signature has no parameter for (none where it is unknown or
+    takes ``**kwargs``)."""
+    signature = _signature(func)
+    if signature is None or any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        return []
+    return sorted(k for k in kwargs if k not in signature.parameters)
+
+
 @lru_cache(maxsize=None)
 def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
     """Python functions have their own; torch's C functions state theirs on the first line of their
