@@ -192,13 +192,8 @@ def _positional_to(args: list, output: Any) -> tuple[list, tuple[str, ...]]:
     arguments, ``to(device, dtype)``. Anything else stays empty and skips, saying so."""
     empty = [i for i, d in enumerate(args) if i > 0 and d == {}]
     source = args[0] if args and isinstance(args[0], dict) else {}
-    result = output[0] if isinstance(output, list) and output else output
-    target = result.get("dtype") if isinstance(result, dict) else None
-    if not empty or not isinstance(target, str) or not isinstance(source.get("dtype"), str):
-        return args, ()
-    try:
-        dtype = parse_dtype(target)
-    except ValueError:
+    target, dtype = _output_dtype(output)
+    if not empty or dtype is None or not isinstance(source.get("dtype"), str):
         return args, ()
     rebuilt = list(args)
     if empty == [1] and target != source["dtype"]:
@@ -226,18 +221,23 @@ _DTYPE_POSITIONS = {"_softmax_backward_data": 3, "_log_softmax_backward_data": 3
 
 
 def _positional_dtype(args: list, output: Any, position: int) -> tuple[list, tuple[str, ...]]:
-    result = output[0] if isinstance(output, list) and output else output
-    target = result.get("dtype") if isinstance(result, dict) else None
-    if len(args) <= position or args[position] != {} or not isinstance(target, str):
-        return args, ()
-    try:
-        dtype = parse_dtype(target)
-    except ValueError:
+    target, dtype = _output_dtype(output)
+    if len(args) <= position or args[position] != {} or dtype is None:
         return args, ()
     rebuilt = list(args)
     rebuilt[position] = _Rebuilt(dtype)
     return rebuilt, (f"input_args[{position}] was written as {{}} by msprobe; rebuilt as {target}, the recorded "
                      f"output's dtype",)
+
+
+def _output_dtype(output: Any) -> tuple[str | None, torch.dtype | None]:
+    """The recorded first output's dtype, as written and parsed; (None, None) where it has none."""
+    result = output[0] if isinstance(output, list) and output else output
+    target = result.get("dtype") if isinstance(result, dict) else None
+    try:
+        return (target, parse_dtype(target)) if isinstance(target, str) else (None, None)
+    except ValueError:
+        return None, None
 
 
 def decode_grads(entry: Any) -> tuple[TensorSpec | None, ...]:
