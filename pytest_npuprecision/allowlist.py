@@ -62,7 +62,8 @@ def denied(name: str) -> str | None:
         return None if name in OPERATOR_DUNDERS else "it is a Python protocol method, not an operator"
     lowered = name.lower()
     word = next((w for w in _DENIED_WORDS if w in lowered), None)
-    if word is not None or name in _DENIED_NAMES:
+    # torch.hub as a whole word: a substring would deny huber_loss
+    if word is not None or "hub" in lowered.split("_") or name in _DENIED_NAMES:
         return "it reads or writes files, touches the process or changes global state, not a tensor computation"
     return None
 

@@ -104,3 +104,8 @@ def test_check_call_takes_the_namesake_its_arguments_name():
     assert check_call(torch.svd, A.float(), some=True).status.value == "pass"  # the function given
     with pytest.raises(ValueError, match="pass the function itself"):
         check_call("Torch.diagonal", T3.float())
+
+
+def test_a_loss_named_after_huber_is_no_torch_hub():
+    assert resolve("Functional.huber_loss").func is torch.nn.functional.huber_loss
+    assert resolve("Torch.hub_load").unsupported is not None
