@@ -95,6 +95,14 @@ def _cotangents(outputs: list[tuple[str, Any]], grad_outputs: Sequence[torch.Ten
         notes.append(f"grad_outputs has {len(grad_outputs)} entries for {len(tensors)} tensor outputs; "
                      f"the last {len(grad_outputs) - len(tensors)} are null and carry no gradient")
         grad_outputs = grad_outputs[:len(tensors)]
+    present = [g for g in grad_outputs if g is not None]
+    if len(grad_outputs) > len(tensors) and len(present) == len(tensors) and all(
+            tuple(g.shape) == tuple(t.shape) for g, (_, t) in zip(present, tensors)):
+        # msprobe records the autograd node's outputs: svdvals' node is the SVD's (U, S, Vh), and only
+        # S, the op's one output, has a gradient.
+        notes.append(f"grad_outputs has {len(grad_outputs)} entries for {len(tensors)} tensor outputs; the "
+                     f"{len(present)} not null, in order and of the outputs' shapes, are theirs")
+        grad_outputs = present
     if len(grad_outputs) > len(tensors):
         return {}, (f"grad_outputs has {len(grad_outputs)} entries but the op returned {len(tensors)} "
                     f"tensor outputs: pass one gradient (or None) per tensor output")

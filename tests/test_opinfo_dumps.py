@@ -106,3 +106,30 @@ def test_torchs_real_imprecisions_fail(pytester, dtype):
     expected = [key for d, key in REAL_IMPRECISIONS if d == dtype]
     assert expected
     assert {key: records[key]["status"] for key in expected} == {key: "error" for key in expected}
+
+
+def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
+    """Fair kernels that amplify rounding at these inputs (issue 21, part 1): the second look, the
+    losses' lengths, softmin's term norms and the shared row factor judge them fair. Two are left,
+    each named with why."""
+    left = {
+        # float16 BCE-with-logits: log1p(exp(-|x|)) rounded in float16 before the mean, 1.2x the mean bound.
+        "Functional.binary_cross_entropy_with_logits.2.forward",
+        # float32 kl_div: a mean of target * (log target - input) whose terms cancel; the spread of
+        # its inputs' rounding explains only part of the error.
+        "Functional.kl_div.2.forward",
+    }
+    records = run(pytester, "false_alarms")
+    failed = {k for k, r in records.items() if r["status"] == "error"}
+    # float16 addbmm sits at 1.1x its mean bound with two threads and within it with one: torch's
+    # blocking follows the thread count (an xdist worker runs one).
+    assert left <= failed and failed - left <= {"Torch.addbmm.0.forward"}, \
+        {k: records[k]["message"][:300] for k in failed ^ left}
+    assert {r["status"] for r in records.values()} <= {"pass", "error", "warning", "overflow"}
+    second = [k for k, r in records.items() if r["status"] == "pass" and any(o["excused"] for o in r["outputs"])]
+    assert second, "no case needed the second look"
+
+
+def test_svdvals_backward_takes_the_gradient_of_its_one_output_among_the_svds_three(pytester):
+    records = run(pytester, "linalg")
+    assert records["Torch.svdvals.0.backward"]["status"] == "pass", records["Torch.svdvals.0.backward"]["message"]
