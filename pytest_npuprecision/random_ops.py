@@ -92,6 +92,9 @@ _RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
 # Python functions that draw before any tagged aten op, and torch_npu's, which torch does not tag.
 _UNTAGGED = frozenset({"gumbel_softmax", "npu_dropout", "npu_dropout_gen_mask", "_npu_dropout"})
 _ALWAYS_RANDOM = (SEEDED_ATEN_OPS | _UNTAGGED) - set(_RANDOM_UNLESS)
+# Ops whose result is (or may be, growing a tensor) uninitialized memory: no two runs need agree.
+_UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
+                            "resize_as_"})
 
 
 def random_reason(name: str, call: DecodedCall) -> str | None:
@@ -99,6 +102,8 @@ def random_reason(name: str, call: DecodedCall) -> str | None:
     op = name.rsplit(".", 1)[-1]
     if op in _ALWAYS_RANDOM:
         return "always"
+    if op in _UNINITIALIZED:
+        return "its result is uninitialized memory"
     switches = _RANDOM_UNLESS.get(op)
     if switches is None:
         return "its name says dropout" if "dropout" in op else None

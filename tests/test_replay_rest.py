@@ -154,3 +154,12 @@ def test_arguments_that_do_not_bind_blame_the_replay_not_the_dump(pytester):
     if record["status"] == "harness-error":
         assert "the replay is at fault, not the dump" in record["message"]
         assert "full_matrices" in record["message"]
+
+
+def test_ops_whose_result_is_uninitialized_memory_skip_as_random():
+    from pytest_npuprecision.arguments import DecodedCall
+    from pytest_npuprecision.random_ops import random_reason
+
+    for name in ("Tensor.resize_", "Torch.resize_as_", "Torch.empty_like", "Tensor.new_empty"):
+        assert random_reason(name, DecodedCall((), {})) == "its result is uninitialized memory", name
+    assert random_reason("Torch.zeros_like", DecodedCall((), {})) is None
