@@ -10,7 +10,7 @@ import torch
 
 from .accumulation import ACCUMULATION_RULES
 from .dtypes import float_format, parse_dtype
-from .metrics import Accumulation, Metrics, compute_metrics
+from .metrics import Accumulation, Metrics, compute_metrics, compute_metrics_each
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from .second_look import widened
 from .standards import Subject, beside_baseline, inf_nan_gate, select
@@ -128,10 +128,11 @@ class _Judgement:
         rules, name, target, rule, standard = self.rules, self.name, self.target, self.rule, self.standard
         overflowed = self.overflowed
         params = rules.params(target)
-        metrics = compute_metrics(actual, golden, params, self.accumulation)
         base_metrics = recorded
-        if baseline is not None:
-            base_metrics = compute_metrics(baseline, golden, params, self.accumulation)
+        if baseline is None:
+            metrics = compute_metrics(actual, golden, params, self.accumulation)
+        else:  # one pass over the golden for both
+            metrics, base_metrics = compute_metrics_each((actual, baseline), golden, params, self.accumulation)
         subject = Subject(name, target, rule, base_metrics is not None)
         chosen = select(subject, standard)
         floor = rules.benchmark_floor(target)

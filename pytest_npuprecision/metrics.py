@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, fields
+from typing import Sequence
 
 import torch
 
@@ -148,29 +149,44 @@ def compute_metrics(
     accumulation: Accumulation | None = None,
 ) -> Metrics:
     """Every metric of ``actual`` (any dtype) against ``golden`` (same shape, higher precision)."""
-    fmt = float_format(actual.dtype) if actual.dtype.is_floating_point else None
-    device = actual.device
+    return compute_metrics_each((actual,), golden, params, accumulation)[0]
+
+
+def compute_metrics_each(
+    actuals: Sequence[torch.Tensor],
+    golden: torch.Tensor,
+    params: MetricParams,
+    accumulation: Accumulation | None = None,
+) -> list[Metrics]:
+    """The metrics of each of ``actuals`` (one dtype and shape: a device's and a baseline's output)
+    against one golden, whose share of the work (conversions, ulps, bounds) is done once per chunk."""
+    first = actuals[0]
+    fmt = float_format(first.dtype) if first.dtype.is_floating_point else None
+    device = first.device
     work = compute_dtype(device)
-    flat_a = actual.detach().reshape(-1)
+    flats = [a.detach().reshape(-1) for a in actuals]
     flat_g = golden.detach().reshape(-1)
-    numel = flat_a.numel()
-    acc = accumulation or Accumulation()
-    term_norm = _flat_term_norm(acc.term_norm, actual.shape, device, work)
-    sensitivity = _flat_term_norm(acc.sensitivity, actual.shape, device, work)
-    shift = _shared_shift(flat_a, flat_g, acc.length, fmt, work) if acc.shared and fmt is not None else None
-    golden_rms = _finite_rms(flat_g, device, work) if numel else 0.0
-    chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
+    numel = flats[0].numel()
     if numel == 0:
-        return _empty(actual)
-    totals = _Totals(device)
+        return [_empty(a) for a in actuals]
+    acc = accumulation or Accumulation()
+    term_norm = _flat_term_norm(acc.term_norm, first.shape, device, work)
+    sensitivity = _flat_term_norm(acc.sensitivity, first.shape, device, work)
+    shifts = [_shared_shift(f, flat_g, acc.length, fmt, work) if acc.shared and fmt is not None else None
+              for f in flats]
+    golden_rms = _finite_rms(flat_g, device, work)
+    chunk = max(_MIN_CHUNK, min(_MAX_CHUNK, numel // 16 or 1))
+    totals = [_Totals(device) for _ in actuals]
     for start in range(0, numel, chunk):
         stop = start + chunk
         part = None if term_norm is None else term_norm[start:stop]
         moved = None if sensitivity is None else sensitivity[start:stop]
-        shared = None if shift is None else shift[start:stop]
-        totals.add(*_chunk_partials(flat_a[start:stop], flat_g[start:stop], part, moved, shared, start, fmt, params,
-                                    acc, golden_rms, work))
-    return _combine(totals, actual, golden_rms)
+        shared_golden = _GoldenChunk(flat_g[start:stop], first.dtype, device, part, moved, fmt, params, acc,
+                                     golden_rms, work)
+        for flat, shift, total in zip(flats, shifts, totals):
+            total.add(*_chunk_partials(flat[start:stop], shared_golden, None if shift is None else shift[start:stop],
+                                       start, fmt, params))
+    return [_combine(total, a, golden_rms) for total, a in zip(totals, actuals)]
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
@@ -249,23 +265,56 @@ def _first_true(mask: torch.Tensor, offset: int) -> torch.Tensor:
     return torch.where(mask.any(), index, _NONE)
 
 
-def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, shift, offset, fmt: FloatFormat | None, params, acc,
-                    golden_rms, work):
+class _GoldenChunk:
+    """One chunk of the golden and what follows from it alone: its dtype-rounded values, its ulps and
+    each element's error bound. Shared by every output judged against it."""
+
+    def __init__(self, g_raw, dtype, device, term_norm, sensitivity, fmt: FloatFormat | None, params, acc,
+                 golden_rms, work):
+        self.raw = g_raw
+        self.g = g_raw.to(device=device, dtype=work)
+        # The golden as the output dtype would hold it: rounding is not an error, overflow is expected.
+        self.g_round = g_raw.to(device=device, dtype=dtype).to(work)
+        self.fin = torch.isfinite(self.g_round)
+        self.all_finite = bool(self.fin.all())
+        # |golden| where it is finite: an element either side leaves non-finite is masked by its caller.
+        abs_g = self.g.abs() if self.all_finite else torch.where(torch.isfinite(self.g), self.g.abs(), 0)
+        self.abs_g = abs_g
+        self.small = abs_g < params.small_value
+        # relative errors only where the sum did not cancel
+        self.uncancelled = None if term_norm is None else abs_g >= CANCELLED * term_norm
+        self.rel_scale = abs_g.clamp(min=params.small_value)
+        self.ulp = self.bound = None
+        if fmt is None:
+            return
+        tiny = math.ldexp(1.0, fmt.min_exponent)
+        exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
+        self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
+        scale = abs_g.clamp(min=golden_rms)
+        if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
+            scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
+        per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
+        floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
+        bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
+        if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
+            bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
+        self.bound = bound
+
+
+def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat | None, params):
     device = a_raw.device
+    work = golden.g.dtype
     a = a_raw.to(work)
-    g = g_raw.to(device=device, dtype=work)
-    # The golden as the output dtype would hold it: rounding is not an error, overflow is expected.
-    g_round = g_raw.to(device=device, dtype=a_raw.dtype).to(work)
+    g, g_round, abs_g = golden.g, golden.g_round, golden.abs_g
     count = torch.count_nonzero
-    fin_a, fin_g = torch.isfinite(a), torch.isfinite(g_round)
+    fin_a, fin_g = torch.isfinite(a), golden.fin
     both = fin_a & fin_g
-    all_finite = bool(both.all())
+    all_finite = golden.all_finite and bool(fin_a.all())
     if all_finite:  # the common case: no masks needed
         same = a == g_round
         nonfinite_mismatch = None
         nan_a = nan_g = inf_a = inf_g = None
         diff = a - g
-        abs_g = g.abs()
         a_fin, g_fin = a, g
     else:
         nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
@@ -278,29 +327,17 @@ def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, shift, offset, fmt: Fl
         nonfinite_mismatch = ~both & ~same
         overflow = nonfinite_mismatch & inf_a & fin_g & (torch.sign(a) == torch.sign(g))
         diff = torch.where(both, a - g, 0)
-        abs_g = torch.where(both, g.abs(), 0)
         a_fin, g_fin = torch.where(both, a, 0), torch.where(both, g, 0)
     abs_err = diff.abs()
-    small = abs_g < params.small_value
-    if not all_finite:
-        small &= both
+    small = golden.small if all_finite else golden.small & both
     normal = ~small if all_finite else both & ~small
-    if term_norm is not None:  # relative errors only where the sum did not cancel
-        normal &= abs_g >= CANCELLED * term_norm
-    rel = abs_err / abs_g.clamp(min=params.small_value) * normal
+    if golden.uncancelled is not None:
+        normal = normal & golden.uncancelled
+    rel = abs_err / golden.rel_scale * normal
 
     if fmt is not None:
-        tiny = math.ldexp(1.0, fmt.min_exponent)
-        exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
-        ulp_err = abs_err / torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        scale = abs_g.clamp(min=golden_rms)
-        if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
-            scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
-        per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
-        floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
-        bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
-        if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
-            bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
+        ulp_err = abs_err / golden.ulp
+        bound = golden.bound
         bound_ratio = abs_err / bound
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
         growth = a.abs() - g_round.abs() if all_finite else torch.where(both, a.abs() - g_round.abs(), 0)
@@ -308,7 +345,7 @@ def _chunk_partials(a_raw, g_raw, term_norm, sensitivity, shift, offset, fmt: Fl
         if shift is None:
             bias += bias
         else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
-            fair = torch.where(both, (g_raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
+            fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
             bias += [(torch.where(both, a - fair, 0) / bound).sum(), (torch.where(both, a.abs() - fair.abs(), 0) / bound).sum()]
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
