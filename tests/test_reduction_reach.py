@@ -1,0 +1,73 @@
+"""How far without a baseline the error bound reaches into float32 reductions (issue 12, class 4).
+
+A fair kernel's error grows with the reduction length K, so the bound must too; a defect of a fixed
+size in ulp is then seen only where K is small enough that fair kernels err well below it. Here the
+fair kernels are torch's and a sequential float32 loop (the worst order a fair kernel may take:
+it averages 0.11 to 0.22 of the bound at every K); the defects are ±64-ulp noise and a 32-eps bias.
+Where the reach ends is pinned too, so a change that moves it shows, and docs/blind-spots.md says the same.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from defects import bias_32_eps, noise_64_ulp
+from pytest_npuprecision import Status, judge, render_message
+
+F = torch.nn.functional
+NORMALIZED = object()  # the op takes normalized_shape=(K,)
+OPS = {
+    "Torch.sum": (torch.sum, {"dim": -1}),
+    "Torch.mean": (torch.mean, {"dim": -1}),
+    "Torch.cumsum": (torch.cumsum, {"dim": -1}),
+    "Functional.layer_norm": (F.layer_norm, NORMALIZED),
+    "Functional.rms_norm": (F.rms_norm, NORMALIZED),
+}
+# The longest K at which each defect still fails, per op, on 64 rows of N(0, 1).
+NOISE_REACH = {"Torch.sum": 1024, "Torch.mean": 1024, "Torch.cumsum": 1024,
+               "Functional.layer_norm": 256, "Functional.rms_norm": 1024}
+BIAS_REACH = {"Torch.sum": 4096, "Torch.mean": 4096, "Torch.cumsum": 4096,
+              "Functional.layer_norm": 1024, "Functional.rms_norm": 8192}
+LENGTHS = (64, 256, 1024, 4096, 8192)
+
+
+def _call(name: str, k: int, positive: bool = False):
+    fn, kwargs = OPS[name]
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(k))
+    if positive:
+        x = x.abs() + 0.1
+    kwargs = {"normalized_shape": (k,)} if kwargs is NORMALIZED else kwargs
+    return fn, x, kwargs
+
+
+def _verdict(name: str, actual, x, kwargs, golden):
+    return judge(actual, golden, op=name, inputs=((x,), kwargs))
+
+
+def _sequential_sum(x: torch.Tensor) -> torch.Tensor:
+    total = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for k in range(x.shape[-1]):
+        total = total + x[..., k]
+    return total
+
+
+@pytest.mark.parametrize("positive", [False, True], ids=["normal", "positive"])
+@pytest.mark.parametrize("k", LENGTHS)
+def test_a_sequential_float32_sum_passes_at_every_length(k, positive):
+    _, x, kwargs = _call("Torch.sum", k, positive)
+    verdict = _verdict("Torch.sum", _sequential_sum(x), x, kwargs, x.double().sum(-1))
+    assert verdict.status is Status.PASS, render_message(verdict)
+    assert verdict.metrics.mean_bound_ratio < 0.3  # 3x below the mean limit, at any K
+
+
+@pytest.mark.parametrize("k", LENGTHS)
+@pytest.mark.parametrize("name", OPS)
+def test_reach_of_noise_and_bias(name, k):
+    fn, x, kwargs = _call(name, k)
+    golden, fair = fn(x.double(), **kwargs), fn(x, **kwargs)
+    assert _verdict(name, fair, x, kwargs, golden).status is Status.PASS
+    for defect, reach in ((noise_64_ulp, NOISE_REACH[name]), (bias_32_eps, BIAS_REACH[name])):
+        verdict = _verdict(name, defect(fair), x, kwargs, golden)
+        expected = Status.ERROR if k <= reach else Status.PASS
+        assert verdict.status is expected, f"{defect.__name__} at K={k}: " + render_message(verdict)
