@@ -183,6 +183,9 @@ class AccumulationRule:
     # scales each run of `length` consecutive outputs by one rounded factor (Accumulation.shared), for
     # these arguments: softmax over its last dim, not over another
     shared: bool | Callable[[Sequence[Any], Mapping[str, Any]], bool] = False
+    # with a shared factor, (weight, bias) broadcastable to the output: Accumulation.shared_offset and
+    # shared_origin (a norm's affine parameters, through which its row-common errors reach the output)
+    shared_affine: Callable[[Sequence[Any], Mapping[str, Any]], tuple[Any, Any]] | None = None
 
     def argument(self, path: str) -> str | None:
         """'input_args[3]' or "input_kwargs['weight']" -> 'weight'; None for a nested or unknown path."""
@@ -201,7 +204,8 @@ def _centring(op: str) -> AccumulationRule:
               "instance_norm": lambda a, k: math.prod(_input(a, k).shape[2:])}[op]
     return AccumulationRule(length, term_norm=lambda a, k: norm_terms.forward_terms(op, a, k),
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
-                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm")
+                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm",
+                            shared_affine=lambda a, k: norm_terms.affine(op, a, k))
 
 
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:

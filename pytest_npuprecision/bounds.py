@@ -81,6 +81,13 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Ac
         except Exception:  # an argument the rule cannot read: no shared factor assumed
             shared = False
         accumulation = replace(accumulation, shared=bool(shared))
+        if shared and rule.shared_affine is not None:
+            try:
+                weight, bias = rule.shared_affine(_rule_args(op, args), kwargs)
+                accumulation = replace(accumulation, shared_offset=weight, shared_origin=bias)
+            except Exception as exc:  # then a norm's rows carry no residual check: the weight is unknown
+                notes.append(f"affine parameters of {op.api_name} unreadable ({type(exc).__name__}: {exc})")
+                accumulation = replace(accumulation, shared=False)
     if rule is not None and rule.sensitivity is not None:
         try:
             sensitivity = rule.sensitivity(_rule_args(op, args), kwargs).to(golden.device)

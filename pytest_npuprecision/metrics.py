@@ -8,7 +8,7 @@ transfer. Metrics are computed in float64 where the device has it (float32 elsew
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Sequence
 
 import torch
@@ -46,6 +46,12 @@ class Accumulation:
     # the output dtype (softmax's sum, a norm's rsqrt): their errors share up to u of relative error,
     # so sign and bias are counted against the golden scaled by that common error (_shared_shift).
     shared: bool = False
+    # With a shared factor, how a row-common error moves each element, broadcastable to the output:
+    # an offset in the normalized value moves it by shared_offset (a norm's weight; 1 if None), a
+    # relative error scales it around shared_origin (a norm's bias; 0 if None). What is left of the
+    # error once the row's best such pair is taken out is judged on the elementwise bound alone.
+    shared_offset: torch.Tensor | None = None
+    shared_origin: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,9 @@ class Metrics:
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
     overflow: int = 0  # +-inf on the device where the golden, rounded to the dtype, is finite: downstream of one
     range_overflow: int = 0  # +-inf on the device where the exact result is finite but past the dtype's max
+    # With a shared factor: the mean error over the elementwise bound once each row's common offset
+    # and scale are taken out (_row_residual); None for other outputs.
+    mean_residual_ratio: float | None = None
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -131,8 +140,9 @@ class Metrics:
             values["shape"] = tuple(int(n) for n in values["shape"])
             values["worst"] = WorstIndices(**values["worst"])
             for f in fields(cls):
-                if f.name not in ("dtype", "shape", "worst"):
-                    values[f.name] = (int if f.type == "int" else float)(values[f.name])
+                if f.name in ("dtype", "shape", "worst") or (values[f.name] is None and f.default is None):
+                    continue  # an optional metric the output did not have
+                values[f.name] = (int if f.type == "int" else float)(values[f.name])
         except (TypeError, ValueError) as exc:
             raise ValueError(f"metrics are malformed: {exc}") from None
         return cls(**values)
@@ -186,7 +196,12 @@ def compute_metrics_each(
         for flat, shift, total in zip(flats, shifts, totals):
             total.add(*_chunk_partials(flat[start:stop], shared_golden, None if shift is None else shift[start:stop],
                                        start, fmt, params))
-    return [_combine(total, a, golden_rms) for total, a in zip(totals, actuals)]
+    if shifts[0] is None:
+        return [_combine(total, a, golden_rms) for total, a in zip(totals, actuals)]
+    return [replace(_combine(total, a, golden_rms),
+                    mean_residual_ratio=_row_residual(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc,
+                                                      golden_rms, work))
+            for total, a, flat in zip(totals, actuals, flats)]
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
@@ -203,6 +218,64 @@ def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.
     weight = (g * g).sum(-1, keepdim=True)
     common = torch.where(weight > 0, ((a - g) * g).sum(-1, keepdim=True) / weight.clamp(min=torch.finfo(work).tiny), 0)
     return (common.clamp(-fmt.unit_roundoff, fmt.unit_roundoff) * g).reshape(-1)
+
+
+# The elementwise steps of a fair normalization around its shared factor (the function of the
+# element, the multiplication by the factor), each up to u of the element's scale.
+RESIDUAL_ROUNDINGS = 2
+
+
+def _row_residual(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
+                  golden_rms: float, work) -> float:
+    """The mean error over the elementwise bound once each row's common error is taken out.
+
+    A fair normalization errs along a row in two ways: through its shared statistics (a rounded sum,
+    a rounded rsqrt), which the bound allows for with sqrt(K)·u_acc and which move every element of
+    the row together, as an offset (times the weight) and a scale (around the bias); and per element,
+    by a few roundings. The least-squares offset and scale of each row's error are taken out, so
+    what is left is the per-element part, judged against the bound without the sqrt(K) share:
+    noise of tens of ulp shows at any K, where under the full bound it hides past K of about 1000.
+    """
+    device = flat_a.device
+    rows_per_chunk = max(1, _MAX_CHUNK // acc.length)
+    offset = _flat_term_norm(acc.shared_offset, shape, device, work)
+    origin = _flat_term_norm(acc.shared_origin, shape, device, work)
+    per_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
+    total, count = 0.0, 0
+    for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
+        part = slice(start, start + rows_per_chunk * acc.length)
+        a = flat_a[part].to(work).reshape(-1, acc.length)
+        g = flat_g[part].to(device=device, dtype=work).reshape(-1, acc.length)
+        finite = torch.isfinite(a) & torch.isfinite(g)
+        error = torch.where(finite, a - g, 0)
+        p = torch.ones_like(g) if offset is None else offset[part].reshape(g.shape)
+        q = g if origin is None else g - origin[part].reshape(g.shape)
+        p, q = torch.where(finite, p, 0), torch.where(finite, q, 0)
+        fit = _fit_two(error, p, q)
+        term = None if term_norm is None else term_norm[part].reshape(g.shape)
+        moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
+        abs_g = torch.where(finite, g.abs(), 0)
+        bound = _error_bound(abs_g, term, moved, fmt, per_scale, golden_rms, work)
+        total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
+        count += int(finite.sum())
+    return total / count if count else 0.0
+
+
+def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per row, the least-squares combination alpha·p + c·q closest to e (one of them alone where the
+    two are parallel within rounding)."""
+    spp, spq, sqq = (p * p).sum(-1, keepdim=True), (p * q).sum(-1, keepdim=True), (q * q).sum(-1, keepdim=True)
+    spe, sqe = (p * e).sum(-1, keepdim=True), (q * e).sum(-1, keepdim=True)
+    det = spp * sqq - spq * spq
+    tiny = torch.finfo(e.dtype).tiny
+    solvable = det > 1e-9 * spp * sqq
+    alpha = torch.where(solvable, (sqq * spe - spq * sqe) / det.clamp(min=tiny), 0)
+    c = torch.where(solvable, (spp * sqe - spq * spe) / det.clamp(min=tiny), 0)
+    # parallel or one of them zero: the larger one alone
+    alone_q = ~solvable & (sqq >= spp)
+    c = torch.where(alone_q, sqe / sqq.clamp(min=tiny), c)
+    alpha = torch.where(~solvable & ~alone_q, spe / spp.clamp(min=tiny), alpha)
+    return alpha * p + c * q
 
 
 def _flat_term_norm(term_norm, shape, device, work):
@@ -290,15 +363,20 @@ class _GoldenChunk:
         tiny = math.ldexp(1.0, fmt.min_exponent)
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        scale = abs_g.clamp(min=golden_rms)
-        if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
-            scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
-        floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
-        bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
-        if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
-            bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
-        self.bound = bound
+        self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, per_scale, golden_rms, work)
+
+
+def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work):
+    """u·|golden| + per_scale·scale (+ the sensitivity's share): see ErrorBound."""
+    scale = abs_g.clamp(min=golden_rms)
+    if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
+        scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
+    floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
+    bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
+    if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
+        bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
+    return bound
 
 
 def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat | None, params):

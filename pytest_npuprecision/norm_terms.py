@@ -144,6 +144,12 @@ def forward_terms(op: str, args, kwargs) -> torch.Tensor:
     return terms if c.bias is None else terms + c.bias.abs()
 
 
+def affine(op: str, args, kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight (ones without one) and the bias (None without one), expanded to the output."""
+    c = _READERS[op](args, kwargs)
+    return c.weight, c.bias
+
+
 def gradient_terms(op: str, args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
     """Term norms of the input's, the weight's and the bias's gradients, by argument name.
 

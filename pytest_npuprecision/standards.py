@@ -187,13 +187,16 @@ class ErrorBound(Standard):
         # size is the mean ratio strays by about mean/sqrt(n); 4 sigma, because a search over
         # many inputs (Hypothesis) meets 3-sigma events, and rounding errors in a row correlate.
         chance = 4 * m.mean_bound_ratio / math.sqrt(m.finite) if m.finite else math.inf
-        return [
+        checks = [
             _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"]),
             _check("mean_bound_ratio", m.mean_bound_ratio, limits["mean_bound_ratio"]),
             _check("bound_bias", abs(m.bound_bias), _at_least(limits["bound_bias"], chance)),
             _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
                    _at_least(limits["magnitude_bound_bias"], chance)),
         ]
+        if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_residual
+            checks.append(_check("mean_residual_ratio", m.mean_residual_ratio, limits["mean_residual_ratio"]))
+        return checks
 
 
 def _at_least(limit: Limit, floor: float) -> Limit:

@@ -125,6 +125,8 @@ METRIC_MEANINGS = {
     "mean_bound_ratio": "mean error over the error bound",
     "bound_bias": "mean signed error over the bound: an offset hidden under a loose bound",
     "magnitude_bound_bias": "mean growth of |actual| over |golden|, over the bound: scaling or truncation",
+    "mean_residual_ratio": "mean error left once each row's common offset and scale are taken out, "
+                           "over the per-element bound: noise",
     "rmse_ratio": "RMSE of the device over that of the baseline",
     "max_scaled_err_ratio": "largest error over its error bound, the device's over the baseline's",
     "mean_scaled_err_ratio": "mean error over its error bound, the device's over the baseline's",
