@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import attention_terms, norm_terms, softmax_terms
+from . import attention_terms, composite_terms, norm_terms, softmax_terms
 from .call_arguments import argument
 
 
@@ -297,6 +297,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "var": _statistic("var"), "std": _statistic("std"), "logsumexp": _STAT,
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
+    # Composed of several ops: their gradients add paths through each use of x (composite_terms.py).
+    "softsign": AccumulationRule(lambda a, k: 1, grad_term_norms=composite_terms.softsign_gradient_terms),
+    "normalize": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1)),
+                                  grad_term_norms=composite_terms.normalize_gradient_terms),
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),

@@ -10,12 +10,14 @@ judges a failing output against it. The runs happen only when asked, and at most
 
 from __future__ import annotations
 
+import contextlib
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .accumulation import MATRIX_ALGORITHMS
+from .accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
 # Seeded draws, each moving every input element by a random share in [-u, u] of its own rounding,
@@ -35,6 +37,12 @@ AMPLIFIED = 4.0
 # inputs into coordinates (grid_sample rounds (x + 1) / 2 * (W - 1), whose error follows W, not x).
 # Their inputs move by u times the larger of the element and the tensor's RMS.
 NORMWISE = MATRIX_ALGORITHMS | {"grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid"}
+# A matrix algorithm is backward stable with a backward error of about its size n times u, not u: a
+# Householder QR or an SVD is exact for a matrix moved by n u ||A|| (the bound's length for these ops
+# is n^2, accumulation.py). Its draws move the inputs that far. Its backward reads the factors its
+# forward saved (Q and R, U and V, the pseudo-inverse) as the dtype rounded them, and the gradients
+# of matrix functions cancel terms as large as ||G|| ||A^+||: the draws round those factors too, as
+# far, through autograd's saved-tensor hooks.
 
 
 @dataclass(frozen=True)
@@ -45,13 +53,15 @@ class Jitter:
 
     generator: torch.Generator
     normwise: bool = False
+    units: float = 1.0  # how many unit roundoffs the move may reach
+    unit: float | None = None  # the unit roundoff, where not the tensor's own dtype's (a saved factor)
 
     def __call__(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if t.is_complex() and not dtype.is_complex:
             dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
         if not (t.is_floating_point() or t.is_complex()) or not t.numel():
             return t.to(dtype)
-        u = torch.finfo(t.real.dtype if t.is_complex() else t.dtype).eps / 2
+        u = self.units * (self.unit or torch.finfo(t.real.dtype if t.is_complex() else t.dtype).eps / 2)
         wide = t.to(dtype)
         share = torch.rand(t.shape, generator=self.generator, dtype=torch.float64).mul_(2).sub_(1).mul_(u)
         if not self.normwise or t.is_complex():
@@ -69,6 +79,7 @@ class GoldenSpread:
                  cotangents: Mapping[str, torch.Tensor], seed: int):
         self._run = (op, args, kwargs, golden, grad_paths, cotangents, seed)
         self._roundoff = roundoff([*tensor_paths(args, kwargs).values(), *cotangents.values()], golden.rounds_to)
+        self._units = backward_error_units(op.base_name, args, kwargs)
         self._draws: list[dict[str, torch.Tensor]] | None = None
         self.failure: str | None = None  # why the draws could not run, for the verdict's note
 
@@ -82,17 +93,20 @@ class GoldenSpread:
             self._draws = self._measure()
         if self.failure is not None:
             return self.failure
-        return spread_over([draw[name] for draw in self._draws if name in draw], golden, self._roundoff)
+        # Amplified past AMPLIFIED units of the dtype's own rounding, however far the draws moved.
+        return spread_over([draw[name] for draw in self._draws if name in draw], golden, self._roundoff,
+                           normwise=self._run[0].base_name in MATRIX_ALGORITHMS)
 
     def _measure(self) -> list[dict[str, torch.Tensor]]:
         op, args, kwargs, golden, grad_paths, cotangents, seed = self._run
         draws = []
         for draw in range(DRAWS):
-            jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE)
+            jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE, units=self._units)
             side = replace(golden, jitter=jitter)
             moved_cotangents = {n: jitter(c, golden.float_dtype or c.dtype) for n, c in cotangents.items()}
             try:
-                forward, grads, _, _ = run_side(op, args, kwargs, side, grad_paths, moved_cotangents)
+                with _rounded_factors(op.base_name, replace(jitter, unit=self._roundoff), bool(grad_paths)):
+                    forward, grads, _, _ = run_side(op, args, kwargs, side, grad_paths, moved_cotangents)
             except OpExecutionError as exc:
                 self.failure = f"the golden raised on inputs moved by their rounding: {exc}"
                 return []
@@ -101,6 +115,26 @@ class GoldenSpread:
             draws.append({n: golden.backend.to_host(t.detach()) for n, t in results.items()})
         return draws
 
+
+
+def backward_error_units(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> float:
+    """How many unit roundoffs a fair kernel's backward error reaches: the size n of a matrix
+    algorithm's matrix (sqrt of the length its rule reads), 1 for every other op."""
+    if op not in MATRIX_ALGORITHMS:
+        return 1.0
+    try:
+        return max(math.sqrt(ACCUMULATION_RULES[op].length(args, kwargs)), 1.0)
+    except Exception:  # an argument form the rule cannot read: the plain move
+        return 1.0
+
+
+def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.AbstractContextManager:
+    """A matrix algorithm's saved factors moved as the dtype's rounding moves them (see NORMWISE)."""
+    if not backward or op not in MATRIX_ALGORITHMS:
+        return contextlib.nullcontext()
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        return jitter(t.detach(), t.dtype) if t.is_floating_point() or t.is_complex() else t
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
 def roundoff(tensors: Sequence[Any], rounds_to: torch.dtype | None = None) -> float:
@@ -115,10 +149,13 @@ def roundoff(tensors: Sequence[Any], rounds_to: torch.dtype | None = None) -> fl
     return found
 
 
-def spread_over(moved: Sequence[torch.Tensor], golden: torch.Tensor, roundoff: float) -> torch.Tensor | None:
+def spread_over(moved: Sequence[torch.Tensor], golden: torch.Tensor, roundoff: float,
+                normwise: bool = False) -> torch.Tensor | None:
     """The largest move of each element of ``golden`` over the draws where the op amplifies the
     inputs' rounding (``roundoff``) more than AMPLIFIED-fold, 0 elsewhere; None unless every draw
-    gave the element."""
+    gave the element. normwise: of each matrix (the last two dims) as a whole, for every element of
+    it, where the op is stable only normwise (NORMWISE): its error bound holds for the matrix's norm,
+    and a few random draws see each element's own sensitivity only by chance."""
     if len(moved) < DRAWS or any(m.shape != golden.shape for m in moved):
         return None
     spread = torch.zeros(golden.shape, dtype=golden.dtype, device=golden.device)
@@ -127,7 +164,12 @@ def spread_over(moved: Sequence[torch.Tensor], golden: torch.Tensor, roundoff: f
         # A draw that crossed a pole or left the domain: the result is undetermined at these inputs.
         step = torch.where(torch.isfinite(step) | ~torch.isfinite(golden), step, golden.abs())
         torch.maximum(spread, torch.nan_to_num(step, nan=0.0, posinf=0.0), out=spread)
-    return torch.where(spread > AMPLIFIED * roundoff * golden.abs(), spread, 0)
+    size = golden.abs()
+    if normwise and golden.numel():
+        dims = (-2, -1) if golden.dim() >= 2 else tuple(range(golden.dim()))
+        spread = spread.amax(dims, keepdim=True).expand(golden.shape)
+        size = torch.nan_to_num(size, nan=0.0, posinf=0.0).amax(dims, keepdim=True).expand(golden.shape)
+    return torch.where(spread > AMPLIFIED * roundoff * size, spread, 0)
 
 
 def input_spread(fn: Callable[..., torch.Tensor], args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, *,

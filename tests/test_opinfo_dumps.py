@@ -97,6 +97,16 @@ REAL_IMPRECISIONS = [
     ("bfloat16", "Torch.matrix_exp.0.forward"),
     ("float32", "Torch.logcumsumexp.0.backward"),  # 2e-3 where a plain float32 evaluation errs by 3e-7
     ("float16", "Torch.logaddexp.1.backward"),  # 0 where 7.8e-6 is representable
+    # An intermediate rounded to float16 overflows where the result is representable, and a float32
+    # evaluation rounded once is within an ulp (as tanh's 1 - y^2 from a y rounded to 1):
+    # tan's g (1 + y^2) at x = 1.568, y = 410: -inf where g / cos^2 x in float32 gives -32800 (exact -32785)
+    ("float16", "Torch.tan.0.backward"),
+    # polygamma(1, x)'s g psi2(x) at x = -3.97: psi2 overflows, inf where float32 gives 30000 (exact 29997)
+    ("float16", "Torch.polygamma.0.backward"),
+    # soft_margin_loss's log(1 + exp(z)) at z = 30.6: inf, then NaN in its gradient, where softplus
+    # in float16 gives 7.640625 (exact 7.6406)
+    ("float16", "Functional.soft_margin_loss.1.forward"),
+    ("float16", "Functional.soft_margin_loss.1.backward"),
 ]
 
 
@@ -133,3 +143,41 @@ def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
 def test_svdvals_backward_takes_the_gradient_of_its_one_output_among_the_svds_three(pytester):
     records = run(pytester, "linalg")
     assert records["Torch.svdvals.0.backward"]["status"] == "pass", records["Torch.svdvals.0.backward"]["message"]
+
+
+# conditioning/float32: gradients a fair float32 kernel computes past the bound's first look.
+# - Matrix functions (pinv, pinverse, qr, cond, lstsq): torch's kernels err by 40-220 u times the
+#   gradient's RMS (pinv at kappa 2.25, qr's gradient that cancels a hundredfold), past the bound's
+#   n u, and within what moving the matrix and the factors the backward reads by n u normwise moves
+#   the float64 gradient (perturbed.py, NORMWISE). The other samples are empty, zero (pinv cut every
+#   singular value) or singular.
+# - Composed functionals (softsign, normalize; composite_terms.py): autograd adds a path through
+#   each use of x, and the paths cancel: softsign's to a tenth at |x| = 9 (4.8 u of the result, 0.4 u
+#   of the paths), normalize's over a one-element dim to exactly 0 (1.9e-6 where the paths are 1).
+CONDITIONED = ("Torch.cond.1.backward", "Torch.lstsq.3.backward", "Torch.pinv.0.backward", "Torch.pinv.6.backward",
+               "Torch.pinverse.0.backward", "Torch.qr.3.backward", "Torch.qr.4.backward",
+               "Functional.softsign.2.backward", "Functional.normalize.2.backward")
+# Defects show only where the gradient is not 0: normalize's first two samples.
+PLANTED = tuple(k for k in CONDITIONED if k != "Functional.normalize.2.backward") + (
+    "Functional.normalize.0.backward", "Functional.normalize.1.backward")
+CONDITIONED_OPS = sorted({api_name(k) for k in PLANTED})
+
+
+def test_gradients_that_cancel_or_amplify_pass_as_a_fair_kernel_errs(pytester):
+    records = run(pytester, "conditioning/float32")
+    assert {k: records[k]["status"] for k in CONDITIONED} == dict.fromkeys(CONDITIONED, "pass"), \
+        {k: records[k]["message"][:400] for k in CONDITIONED if records[k]["status"] != "pass"}
+    assert {r["status"] for r in records.values()} == {"pass"}
+
+
+@pytest.mark.parametrize("fault", [Fault("bias", 1024, backward=True), Fault("wrong_element", backward=True),
+                                   Fault("nan", backward=True), Fault("noise", 1024, backward=True)],
+                         ids=lambda f: f.kind)
+def test_planted_defects_in_those_gradients_fail(pytester, fault):
+    module = next(_modules)
+    faults = ", ".join(f'"{api}": {fault!r}' for api in CONDITIONED_OPS)
+    pytester.makepyfile(**{module: f"import torch\nfrom faulty_backend import Fault, FaultyBackend\n"
+                                   f"backend = FaultyBackend({{{faults}}})\n"})
+    pytester.syspathinsert()
+    records = run(pytester, "conditioning/float32", "--npu-precision-device", f"{module}:backend")
+    assert {k: records[k]["status"] for k in PLANTED} == dict.fromkeys(PLANTED, "error")
