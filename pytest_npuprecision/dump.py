@@ -176,15 +176,15 @@ def load_dump(path: Path | str, label: str | None = None, root: Path | str | Non
     ``label`` prefixes the case ids (default: the step and rank folders); ``root`` is the folder the
     user named, out of which the file may not lead through a symbolic link.
     """
-    with _collecting():
+    with without_cyclic_gc():
         return _load_dump(Path(path), label, root)
 
 
 @contextlib.contextmanager
-def _collecting() -> Iterator[None]:
-    """No cyclic garbage collection while a dump is parsed into cases, and none of its objects in
-    later passes: json makes no cycles, yet each pass walked every dict it made (60 % of the time at
-    100k entries). Reference counting still frees what is dropped."""
+def without_cyclic_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a dump is parsed into cases (or its cases into test items),
+    and none of their objects in later passes: json makes no cycles, yet each pass walked every dict
+    it made (60 % of the time at 100k entries). Reference counting still frees what is dropped."""
     enabled = gc.isenabled()
     gc.disable()
     try:
