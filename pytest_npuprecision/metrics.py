@@ -18,7 +18,7 @@ from .dtypes import FloatFormat, float_format
 # four bits or more: its |error| / |golden| measures the cancellation, not the kernel.
 CANCELLED = 2.0**-4
 _MIN_CHUNK = 1 << 16
-_MAX_CHUNK = 1 << 20
+_MAX_CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
