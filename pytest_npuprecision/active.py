@@ -288,8 +288,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
         report.npu_precision = json.dumps(record)
         report.npu_overflow = record["status"] == "overflow"
-        # JUnit XML takes these from the teardown report, which copies the item's properties.
-        item.user_properties.extend(junit_properties(record))
+        # JUnit XML takes these from the teardown report, which copies the item's properties; without
+        # it they would only lengthen every report that xdist serializes.
+        if getattr(item.config.option, "xmlpath", None):
+            item.user_properties.extend(junit_properties(record))
     return report
 
 
