@@ -23,6 +23,8 @@ from typing import Any, Callable
 # json's C scanner (scan_once(text, index) -> (value, end)) and whitespace, as json.load uses them.
 _SCAN_ONCE = json.JSONDecoder().scan_once
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_COLON = re.compile(r"[ \t\n\r]*:[ \t\n\r]*")
+_COMMA_OR_CLOSE = re.compile(r"[ \t\n\r]*([,}\]])[ \t\n\r]*")  # and the whitespace after it
 
 # An msprobe entry describes one API call: even a call on thousands of tensors is a few MiB of JSON.
 MAX_ENTRY_BYTES = 64 * 2**20
@@ -173,19 +175,17 @@ def _key(text: str, index: int) -> tuple[str, int]:
     if text[index] != '"':
         raise NotScanned("a key is not a string")
     key, index = scanstring(text, index + 1)
-    index = _skip(text, index)
-    if text[index] != ":":
+    colon = _COLON.match(text, index)
+    if colon is None:
         raise NotScanned("no colon after a key")
-    return key, _skip(text, index + 1)
+    return key, colon.end()
 
 
 def _comma_or_close(text: str, index: int, close: str) -> tuple[int, bool]:
-    index = _skip(text, index)
-    if text[index] == close:
-        return index + 1, True
-    if text[index] != ",":
+    found = _COMMA_OR_CLOSE.match(text, index)
+    if found is None or found[1] not in (",", close):
         raise NotScanned("no comma between members")
-    return _skip(text, index + 1), False
+    return found.end(), found[1] == close
 
 
 def _end(text: str, index: int, document: dict[str, Any]) -> dict[str, Any]:
