@@ -10,12 +10,17 @@ an empty folder (warm bytecode cache: run it twice after changing the code).
 - collection: `pytest --co --npu-precision` of synthetic statistics dumps of 1k, 10k and 100k entries
 - per case: the median harness overhead of a case in process (case time minus the op's own time),
   for 1,000 synthesized elementwise and linear cases
-- xdist: `-n 2` against a serial run of the same dump, wall time
+- xdist: `-n 2` against a serial run of the same dump, wall time (and against a serial run with one
+  intra-op thread, which small cases favour on a loaded machine)
+- judging threads: judge() of one 1M-element float32 output with torch's default threads over one thread
+- matmul memory: the peak RSS rise of one case judging a 4096x4096 float32 matmul (2048 with --quick) from a
+  tensor dump, in a fresh process, over the bytes of its dumped tensors
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -28,9 +33,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_dump  # noqa: E402  (its synthetic dumps)
+import bench_metrics  # noqa: E402  (its seeded judge inputs)
 
+from pytest_npuprecision import capture
 from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.threads import available_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSES: list[str] = []
@@ -50,12 +58,13 @@ def synthetic_dump(entries: int, folder: Path, apis: tuple[str, ...] | None = No
     return bench_dump.synthetic_dump(source, entries, folder, apis).parent
 
 
-def pytest_run(*args: str, cwd: Path) -> tuple[float, float, str]:
+def pytest_run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MiB of that pytest process, its last output line)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
         child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+                                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                 env=None if env is None else {**os.environ, **env})
         _, _, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest child's so far
         child.returncode = 0
         wall = time.perf_counter() - started
@@ -64,8 +73,8 @@ def pytest_run(*args: str, cwd: Path) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, lines[-1] if lines else ""
 
 
-def best(runs: int, *args: str, cwd: Path) -> tuple[float, float, str]:
-    results = [pytest_run(*args, cwd=cwd) for _ in range(runs)]
+def best(runs: int, *args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    results = [pytest_run(*args, cwd=cwd, env=env) for _ in range(runs)]
     return min(results, key=lambda r: r[0])
 
 
@@ -108,12 +117,71 @@ def xdist(empty: Path, folder: Path, entries: int) -> None:
     serial, _, _ = best(1, "--npu-precision", str(dump), cwd=empty)
     parallel, _, line = best(1, "--npu-precision", str(dump), "-n", "2", cwd=empty)
     report(f"xdist: -n 2 speed-up over serial, {entries} cases", serial / parallel, 1.6, "x", higher_is_better=True)
+    one_thread, _, _ = best(1, "--npu-precision", str(dump), cwd=empty, env={"OMP_NUM_THREADS": "1"})
+    report(f"xdist: -n 2 over serial with 1 thread, {entries} cases", one_thread / parallel, 0.9, "x",
+           higher_is_better=True)
+
+
+def judge_threads(elements: int = 1 << 20) -> None:
+    """judge() of one float32 output with torch's default intra-op threads over the same with one."""
+    golden, actual, _ = bench_metrics.make_inputs(elements, torch.float32, False)
+    times = {}
+    for threads in (1, available_cores()):  # per_case() has set one thread by now
+        torch.set_num_threads(threads)
+        bench_metrics.run_judge(golden, actual, None)
+        times[threads] = min(timed(lambda: bench_metrics.run_judge(golden, actual, None)) for _ in range(5))
+    report(f"judging 1M float32: {max(times)} threads over 1 thread, time", times[max(times)] / times[1], 1.0, "x")
+    torch.set_num_threads(1)
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def matmul_memory(folder: Path, size: int) -> None:
+    """Peak memory of one case judging a size x size float32 matmul, over its dumped tensors' bytes."""
+    dump = folder / f"matmul{size}"
+    child = subprocess.run([sys.executable, __file__, "--matmul-child", str(dump), str(size)],
+                           capture_output=True, text=True, check=True)
+    measured = json.loads(child.stdout.strip().splitlines()[-1])
+    report(f"matmul {size}x{size} float32: peak memory over its tensors", measured["ratio"], 3.0, "x")
+
+
+def matmul_child(dump: Path, size: int) -> None:
+    """In a fresh process: capture the dump, run one small matmul case to load everything, then the
+    large one; print the rise of the peak RSS (VmHWM, reset before it) over the dumped tensors' bytes."""
+    generator = torch.Generator().manual_seed(0)
+    for name, n in (("small", 64), ("large", size)):
+        a, b = (torch.randn(n, n, generator=generator) for _ in range(2))
+        with capture(str(dump / name), task="tensor", rank=0):
+            torch.matmul(a, b)
+    del a, b
+    settings = Settings(device=torch.device("cpu"))
+    small, large = (load_dump(next((dump / name).rglob("dump.json"))) for name in ("small", "large"))
+    run_case(small.cases[0], small.data_dir, settings)
+    tensors = sum(path.stat().st_size for path in large.data_dir.iterdir())
+    with open("/proc/self/clear_refs", "w") as out:
+        out.write("5")
+    before = _peak_rss()
+    run_case(large.cases[0], large.data_dir, settings)
+    print(json.dumps({"ratio": (_peak_rss() - before) / tensors, "tensors": tensors}))
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller dumps, one run each")
+    parser.add_argument("--matmul-child", nargs=2, metavar=("DUMP", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.matmul_child:
+        matmul_child(Path(args.matmul_child[0]), int(args.matmul_child[1]))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         empty = folder / "empty"
@@ -122,6 +190,8 @@ def main() -> int:
         collection(empty, folder, [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
         per_case(folder)
         xdist(empty, folder, 1_000 if args.quick else 6_000)
+        judge_threads()
+        matmul_memory(folder, 2048 if args.quick else 4096)
     if MISSES:
         print(f"missed by more than 2x: {', '.join(MISSES)}")
         return 1

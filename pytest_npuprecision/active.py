@@ -16,7 +16,7 @@ import pytest
 
 from . import gating, threads
 from .cases import CaseInputError, CaseSkipped, OutputVerdict, ReplayError, Settings, run_case
-from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump, recorded_nonfinite
+from .dump import DumpCase, DumpFile, DumpSource, find_dumps, load_dump, recorded_nonfinite, without_cyclic_gc
 from .opcases.failures import OpCaseFailure, OpCaseUsageError
 from .gating import KnownFailureRegression
 from .report import RECORD, Collector, case_record, junit_properties, new_record
@@ -161,9 +161,10 @@ class DumpJsonFile(pytest.Collector):
         # Every case of the file counts as collected for stale known failures, even when a node id picks one.
         gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
         chosen = set(self.config.getoption("npu_precision_case"))
-        for case in dump.cases:
-            if not chosen or case.case_id in chosen:
-                yield DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
+        with without_cyclic_gc():  # 100k items: each pass would walk every node made so far
+            items = [DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
+                     for case in dump.cases if not chosen or case.case_id in chosen]
+        yield from items
 
     def reportinfo(self):
         return self.path, None, self.source.label
@@ -203,9 +204,10 @@ class PrecisionFailure(AssertionError):
 
 
 # Made once: pytest builds a new decorator on each pytest.mark.<name> lookup, 17 us apiece for 100k items.
-_MARKS = {"forward": (pytest.mark.npu_precision, pytest.mark.npu_forward),
-          "backward": (pytest.mark.npu_precision, pytest.mark.npu_backward)}
-_OVERFLOW = pytest.mark.npu_overflow
+# Keyed by (direction is backward, recorded an overflow); each as add_marker would store it.
+_MARKS = {(backward, overflow): tuple(mark.mark for mark in (
+    pytest.mark.npu_precision, pytest.mark.npu_backward if backward else pytest.mark.npu_forward,
+    *((pytest.mark.npu_overflow,) if overflow else ()))) for backward in (False, True) for overflow in (False, True)}
 
 
 class DumpCaseItem(pytest.Item):
@@ -213,8 +215,9 @@ class DumpCaseItem(pytest.Item):
         super().__init__(**kwargs)
         self.case = case
         self.dump = dump
-        for mark in _MARKS["backward" if case.direction == "backward" else "forward"] + ((_OVERFLOW,) if recorded_nonfinite(case) else ()):
-            self.add_marker(mark)
+        marks = _MARKS[case.direction == "backward", recorded_nonfinite(case)]
+        self.own_markers.extend(marks)  # what add_marker does, without its checks: 100k items
+        self.keywords.update({mark.name: mark for mark in marks})
 
     def runtest(self) -> None:
         settings = settings_for(self.config)
@@ -285,8 +288,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
         report.npu_precision = json.dumps(record)
         report.npu_overflow = record["status"] == "overflow"
-        # JUnit XML takes these from the teardown report, which copies the item's properties.
-        item.user_properties.extend(junit_properties(record))
+        # JUnit XML takes these from the teardown report, which copies the item's properties; without
+        # it they would only lengthen every report that xdist serializes.
+        if getattr(item.config.option, "xmlpath", None):
+            item.user_properties.extend(junit_properties(record))
     return report
 
 

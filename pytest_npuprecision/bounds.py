@@ -15,7 +15,7 @@ from .accumulation import ACCUMULATION_RULES, AccumulationRule
 from .backends import Backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
-from .sides import Side, flatten_outputs, golden_for, prepare, side_arguments, tensor_paths
+from .sides import Side, blocked_matmul, flatten_outputs, golden_for, prepare, side_arguments, tensor_paths
 
 
 def _rule_args(op: ResolvedOp, args: Sequence[Any]) -> Sequence[Any]:
@@ -110,8 +110,10 @@ def _forward_sums(op, rule: AccumulationRule | None, args, kwargs, golden: Side,
         return Accumulation(length, roundings=rule.roundings) if rule and rule.roundings \
             else Accumulation(length)
     try:
-        squared = _squared_outputs(op, args, kwargs, golden)
-        norm = squared["output.0"].detach().abs().sqrt()
+        norm = blocked_matmul(op, args, kwargs, golden, square=True)
+        if norm is None:
+            norm = _squared_outputs(op, args, kwargs, golden)["output.0"].detach()
+        norm = norm.abs_().sqrt_()  # in place: the op's result on our own squared copies, used once
     except Exception as exc:
         notes.append(f"term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
         return Accumulation(length)

@@ -21,6 +21,7 @@ from .backends import Backend, DumpedOutputs, load_backend
 from .budget import case_bytes, format_size
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
+from .dump_entries import EntryUnreadable
 from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
@@ -120,6 +121,13 @@ class CaseResult:
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
+    try:
+        return _run_case(case, data_dir, settings)
+    except EntryUnreadable as exc:  # its entry is decoded from dump.json on use, and the file may have changed
+        raise CaseInputError(str(exc)) from None
+
+
+def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     started = time.perf_counter()
     if case.skip is not None:
         raise CaseSkipped(case.skip.value, case.skip_message)

@@ -12,7 +12,6 @@ import contextlib
 import enum
 import functools
 import gc
-import json
 import math
 import os
 import re
@@ -20,7 +19,7 @@ import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .arguments import (
     MalformedDescriptor,
@@ -30,6 +29,7 @@ from .arguments import (
     iter_specs,
     require_rebuildable,
 )
+from .dump_entries import MAX_ENTRY_BYTES, Entry, LoadedEntry, read_dump
 from .random_ops import random_reason
 
 DATA_DIR_NAME = "dump_tensor_data"
@@ -70,14 +70,26 @@ class DumpCase:
     call_index: int
     direction: str  # "forward" or "backward" ("parameters_grad" for those Module entries)
     forward_key: str
-    forward: Any  # the raw forward entry, or None
-    backward: Any  # the raw backward entry, or None
+    forward_entry: Entry | None  # where the forward entry is (dump.json's text is decoded on use), or None
+    backward_entry: Entry | None  # where the backward entry is, when it is an object; else None
     case_id: str  # "step0/rank0::Functional.gelu.0.forward"
     seed: int  # zlib.crc32 of case_id
     forward_seed: int  # zlib.crc32 of the forward case's id: a backward case rebuilds the same inputs
     order: int  # position in dump.json, i.e. execution order
     source: Path  # the dump.json
     known_skip: tuple[SkipReason, str] | None = None  # a reason its key or a missing entry gives at once
+    overflow_recorded: bool = False  # the dump's statistics show an inf or nan in what this case compares
+
+    @property
+    def forward(self) -> Any:
+        """The forward entry as dump.json has it, or None; read from the file again on use (raises
+        EntryUnreadable when it cannot be)."""
+        return None if self.forward_entry is None else self.forward_entry.value
+
+    @property
+    def backward(self) -> Any:
+        """The backward entry as dump.json has it when it is an object, else None."""
+        return None if self.backward_entry is None else self.backward_entry.value
 
     @functools.cached_property
     def _skip(self) -> tuple[SkipReason | None, str]:
@@ -176,15 +188,15 @@ def load_dump(path: Path | str, label: str | None = None, root: Path | str | Non
     ``label`` prefixes the case ids (default: the step and rank folders); ``root`` is the folder the
     user named, out of which the file may not lead through a symbolic link.
     """
-    with _collecting():
+    with without_cyclic_gc():
         return _load_dump(Path(path), label, root)
 
 
 @contextlib.contextmanager
-def _collecting() -> Iterator[None]:
-    """No cyclic garbage collection while a dump is parsed into cases, and none of its objects in
-    later passes: json makes no cycles, yet each pass walked every dict it made (60 % of the time at
-    100k entries). Reference counting still frees what is dropped."""
+def without_cyclic_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a dump is parsed into cases (or its cases into test items),
+    and none of their objects in later passes: json makes no cycles, yet each pass walked every dict
+    it made (60 % of the time at 100k entries). Reference counting still frees what is dropped."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -203,8 +215,8 @@ def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFi
     if problem is not None:
         return DumpFile(**empty, task=None, level=None, framework=None, cases=(), error=_file_error(path, problem))
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)  # Python's json accepts the bare NaN/Infinity msprobe writes
+        # Python's json accepts the bare NaN/Infinity msprobe writes; entries stay in the file, summarized.
+        document, reader = read_dump(path, _facts)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         problem = f"is not readable JSON ({_first_line(exc)})"
         return DumpFile(**empty, task=None, level=None, framework=None, cases=(), error=_file_error(path, problem))
@@ -216,6 +228,8 @@ def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFi
     if not isinstance(data, dict):
         problem = "has no 'data' object" if data is None else f"has a 'data' {type(data).__name__}, expected an object"
         return DumpFile(**empty, **meta, cases=(), error=_file_error(path, problem))
+    if reader is None:  # read whole: the entries are kept decoded
+        data = {key: (_facts(key, value), LoadedEntry(value)) for key, value in data.items()}
     return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label)))
 
 
@@ -265,16 +279,38 @@ def _location(path: Path) -> tuple[int | None, int | None, int | None, str]:
 # ---------------------------------------------------------------- cases
 
 
-def _cases(data: dict, source: Path, location: str):
-    for order, (key, entry) in enumerate(data.items()):
-        yield _case(key, entry, order, data, source, location)
+class _Facts(NamedTuple):
+    """What collection needs of one entry; the entry itself stays in dump.json."""
+
+    is_object: bool
+    is_null: bool
+    nonfinite: bool  # its recorded outputs' statistics show an inf or nan
+    grads_problem: str | None  # a backward entry that is no object: why its gradients cannot be read
+
+
+def _facts(key: str, entry: Any) -> _Facts:
+    if isinstance(entry, dict):
+        return _Facts(True, False, _has_nonfinite(entry.get("output"), depth=0), None)
+    problem = None
+    if key.endswith(".backward"):
+        try:
+            decode_grads(entry)
+        except MalformedDescriptor as exc:
+            problem = str(exc)
+    return _Facts(False, entry is None, False, problem)
+
+
+def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str):
+    for order, (key, (facts, entry)) in enumerate(data.items()):
+        yield _case(key, facts, entry, order, data, source, location)
 
 
 def _case_id(location: str, key: str) -> str:
     return f"{location}::{key}" if location else key
 
 
-def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: str) -> DumpCase:
+def _case(key: str, facts: _Facts, entry: Entry, order: int, data: dict[str, tuple[_Facts, Entry]], source: Path,
+          location: str) -> DumpCase:
     parsed = _parse_key(key)
     if parsed is None:
         parsed = (key.split(".", 1)[0], "", -1, "", key, key)
@@ -284,23 +320,36 @@ def _case(key: str, entry: Any, order: int, data: dict, source: Path, location: 
     else:
         skip = None
     prefix, name, index, direction, api, forward_key = parsed
-    forward = entry if direction == "forward" else data.get(forward_key)
-    backward = entry if direction == "backward" else data.get(_backward_key(parsed))
+    forward = (facts, entry) if direction == "forward" else data.get(forward_key)
+    backward = (facts, entry) if direction == "backward" else data.get(_backward_key(parsed))
+    if forward is not None and forward[0].is_null:
+        forward = None  # a null entry is no entry
     case_id = _case_id(location, key)
     if skip is None:
         skip = _known_skip(prefix, direction, forward_key, forward)
-    if skip is None and direction == "backward" and not isinstance(entry, dict):  # the case keeps no such entry
-        try:
-            decode_grads(entry)
-        except MalformedDescriptor as exc:
-            skip = (SkipReason.MALFORMED_ENTRY, f"{exc}; re-dump this API or delete the entry")
+    if skip is None and direction == "backward" and facts.grads_problem is not None:  # the case keeps no such entry
+        skip = (SkipReason.MALFORMED_ENTRY, f"{facts.grads_problem}; re-dump this API or delete the entry")
+    backward = backward if backward is not None and backward[0].is_object else None
+    if skip is None:
+        skip = _oversized(key, source, forward, backward)
     return DumpCase(
         key=key, api=api, prefix=prefix, name=name, call_index=index, direction=direction,
-        forward_key=forward_key, forward=forward, backward=backward if isinstance(backward, dict) else None,
+        forward_key=forward_key, forward_entry=None if forward is None else forward[1],
+        backward_entry=None if backward is None else backward[1],
         case_id=case_id, seed=zlib.crc32(case_id.encode()),
         forward_seed=zlib.crc32(_case_id(location, forward_key).encode()),
-        order=order, source=source, known_skip=skip,
+        order=order, source=source, known_skip=skip, overflow_recorded=facts.nonfinite,
     )
+
+
+def _oversized(key: str, source: Path, *entries) -> tuple[SkipReason, str] | None:
+    """An entry past MAX_ENTRY_BYTES is never decoded again: its case is malformed."""
+    for entry in entries:
+        if entry is not None and entry[1].size > MAX_ENTRY_BYTES:
+            return (SkipReason.MALFORMED_ENTRY,
+                    f"{entry[1].size / 2**20:.0f} MiB of JSON in {source}, past the {MAX_ENTRY_BYTES // 2**20} MiB "
+                    f"one API call can need; re-dump this API or delete the entry")
+    return None
 
 
 def _parse_key(key: str) -> tuple[str, str, int, str, str, str] | None:
@@ -362,8 +411,7 @@ def _check_rebuildable(specs) -> None:
 def recorded_nonfinite(case: DumpCase) -> bool:
     """Whether the dump's statistics show an inf or nan in what this case compares: the forward's
     outputs, or for a backward case the input gradients. Read from dump.json alone, at collection."""
-    entry = case.forward if case.direction == "forward" else case.backward
-    return isinstance(entry, dict) and _has_nonfinite(entry.get("output"), depth=0)
+    return case.overflow_recorded
 
 
 def _has_nonfinite(value: Any, depth: int) -> bool:

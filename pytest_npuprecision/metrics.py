@@ -19,7 +19,8 @@ from .dtypes import FloatFormat, float_format
 # four bits or more: its |error| / |golden| measures the cancellation, not the kernel.
 CANCELLED = 2.0**-4
 _MIN_CHUNK = 1 << 16
-_MAX_CHUNK = 1 << 20
+_MAX_CHUNK = 1 << 18  # about 30 MiB of float64 temporaries per chunk of the metrics
+_RMS_CHUNK = 1 << 20  # the golden's RMS takes two temporaries per chunk
 
 
 @dataclass(frozen=True)
@@ -289,8 +290,8 @@ def _flat_term_norm(term_norm, shape, device, work):
 
 def _finite_rms(flat_g: torch.Tensor, device, work) -> float:
     total = torch.zeros((), dtype=work, device=device)
-    for start in range(0, flat_g.numel(), _MAX_CHUNK):
-        g = flat_g[start : start + _MAX_CHUNK].to(device=device, dtype=work)
+    for start in range(0, flat_g.numel(), _RMS_CHUNK):
+        g = flat_g[start : start + _RMS_CHUNK].to(device=device, dtype=work)
         g = torch.where(torch.isfinite(g), g, 0)
         total += torch.dot(g, g)
     return math.sqrt(total.item() / flat_g.numel())

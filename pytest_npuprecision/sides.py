@@ -201,6 +201,13 @@ def _op_errors(op: ResolvedOp, side: Side, direction: str) -> Iterator[None]:
 
 def run_forward(op: ResolvedOp, args, kwargs, side: Side, grad_paths: Collection[str],
              notes: list[str]) -> Forward:
+    if not grad_paths and side.float_dtype == torch.float64:  # the golden of a large matmul: in blocks
+        with _op_errors(op, side, "forward"):
+            start = time.perf_counter()
+            result = blocked_matmul(op, args, kwargs, side)
+            side.backend.synchronize()
+            if result is not None:
+                return Forward(flatten_outputs(result), {}, time.perf_counter() - start)
     leaves: dict[str, torch.Tensor] = {}
     call_args, call_kwargs = side_arguments(args, kwargs, side, notes, grad_paths=grad_paths, leaves=leaves,
                                             op_name=op.base_name)
@@ -213,6 +220,45 @@ def run_forward(op: ResolvedOp, args, kwargs, side: Side, grad_paths: Collection
     if result is None and op.inplace and call_args:  # __setitem__ returns None; its result is args[0]
         result = call_args[0]
     return Forward(flatten_outputs(result), leaves, seconds)
+
+
+# A large 2-D matmul is made block by block on the golden side: this many bytes of each operand at a time.
+BLOCK_BYTES = 8 * 2**20
+
+
+def blocked_matmul(op: ResolvedOp, args, kwargs, side: Side, square: bool = False) -> torch.Tensor | None:
+    """``op(a, b)`` of a large 2-D matmul or mm on ``side`` (``op(a * a, b * b)`` with ``square``, the
+    terms' norms), made block by block: whole, the side's float64 copies of both operands would sit
+    beside the result. Each output element still sums all its K terms in one call. None for any other
+    call (small, batched, with keywords, on moved inputs), which the side runs whole."""
+    if op.base_name not in ("matmul", "mm") or op.reflected or op.func is None or kwargs or len(args) != 2 \
+            or side.jitter is not None:
+        return None
+    a, b = args
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 and t.is_floating_point() for t in (a, b)) \
+            or a.shape[1] != b.shape[0]:
+        return None
+    itemsize = (side.float_dtype or torch.promote_types(a.dtype, b.dtype)).itemsize
+    (m, k), n = a.shape, b.shape[1]
+    if (m + n) * k * itemsize <= 2 * BLOCK_BYTES:
+        return None
+    step = max(1, BLOCK_BYTES // (k * itemsize))
+    out = None
+    with torch.no_grad(), side.context():
+        for c in range(0, n, step):
+            right = side.place(b[:, c:c + step])  # a copy in the side's dtype, never the caller's tensor
+            if square:
+                right.mul_(right)
+            for r in range(0, m, step):
+                left = side.place(a[r:r + step])
+                if square:
+                    left.mul_(left)
+                block = side.backend.call(op.api_name, op.func, (left, right), {})
+                if out is None:
+                    out = torch.empty((m, n), dtype=block.dtype, device=block.device)
+                out[r:r + step, c:c + step] = block
+                del left, block
+    return out
 
 
 def flatten_outputs(result: Any) -> list[tuple[str, Any]]:

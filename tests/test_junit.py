@@ -53,3 +53,17 @@ def test_each_case_carries_its_status_and_key_metrics(pytester, parallel):
     assert element.find("failure") is None and element.find("skipped") is None
     assert passing["npu_precision_status"] == "pass" and passing["npu_precision_standard"] == "binary"
     assert "npu_precision_known_failure" not in passing
+
+
+def test_without_junit_xml_reports_carry_no_properties(pytester):
+    """Every report xdist sends is serialized on the worker and decoded on the controller: the
+    properties ride along only when JUnit XML is written."""
+    pytester.makepyfile(show_properties="""
+        def pytest_runtest_logreport(report):
+            if report.when == "teardown":
+                print(f"PROPERTIES {len(report.user_properties)}")
+    """)
+    pytester.syspathinsert()
+    result = pytester.runpytest("--npu-precision", str(DUMP), "--npu-precision-device", "cpu", "-p",
+                                "no:cacheprovider", "-p", "show_properties", "-k", "relu.0.forward", "-s")
+    result.stdout.fnmatch_lines(["*PROPERTIES 0*"])
