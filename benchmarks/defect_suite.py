@@ -3,9 +3,9 @@
 For each op of defect_kernels.OPS, in float16, bfloat16 and float32, and for each of its input
 regimes (seeded from the op and regime names), this runs every fair implementation and plants
 defects: gross ones (a NaN, an inf, a saturated element, 1 % of signs flipped, one element x10, the
-output zeroed) and subtle ones (a bias of 4 eps, one element 1000 ulp off, the output rounded toward
-zero; in float32 also 64-ulp noise and a 32-eps bias; a kernel accumulating in the half dtype; a
-float32 matmul on TF32/HF32 inputs). Output defects are planted in torch's own kernel's output. A
+output zeroed) and subtle ones (a bias of 4 eps, one element 1000 ulp off, rounding toward zero
+(see round_toward_zero); in float32 also 64-ulp noise and a 32-eps bias; a half-type kernel that
+accumulates in its own dtype; a float32 matmul on TF32/HF32 inputs). Output defects are planted in torch's own kernel's output. A
 defect that leaves the output bit-identical to the fair one is dropped (counted, not judged).
 
 Every output is judged as a dump case judges it: ``judge(actual, golden, op=..., inputs=(args,
