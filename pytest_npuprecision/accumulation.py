@@ -162,6 +162,11 @@ def _grouped_matmul_length(args, kwargs) -> int:  # K of the first x; k-axis gro
     return (x if isinstance(x, torch.Tensor) else x[0]).shape[-1]
 
 
+def elementwise(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    """The length of an op that sums nothing forward (its rule bounds a composite or a gradient)."""
+    return 1
+
+
 @dataclass(frozen=True)
 class AccumulationRule:
     """How one op accumulates. ``length`` reads the op's own (golden-side) arguments."""
@@ -186,6 +191,11 @@ class AccumulationRule:
     # with a shared factor, (weight, bias) broadcastable to the output: Accumulation.shared_offset and
     # shared_origin (a norm's affine parameters, through which its row-common errors reach the output)
     shared_affine: Callable[[Sequence[Any], Mapping[str, Any]], tuple[Any, Any]] | None = None
+
+    @property
+    def reduces(self) -> bool:
+        """Whether its forward bound needs a reduction length from the call's inputs."""
+        return self.length is not elementwise
 
     def argument(self, path: str) -> str | None:
         """'input_args[3]' or "input_kwargs['weight']" -> 'weight'; None for a nested or unknown path."""
@@ -230,8 +240,13 @@ def _statistic(op: str) -> AccumulationRule:
 _NORM = AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim")))
 def _softmax(op: str) -> AccumulationRule:
     """softmax and log_softmax: the row's length, and term norms for exp's conditioning (softmax_terms.py)."""
-    return AccumulationRule(_softmax_length, grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g),
-                            shared=_over_last_dim)
+    if op == "log_softmax":  # one rounded log-sum-exp subtracted: a row-common offset
+        forward, affine = None, None
+    else:  # one rounded sum divided: a row-common scale, and no offset
+        forward, affine = (lambda a, k: softmax_terms.forward_terms(op, a, k)), (lambda a, k: (torch.zeros(()), None))
+    return AccumulationRule(_softmax_length, term_norm=forward,
+                            grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g),
+                            shared=_over_last_dim, shared_affine=affine)
 
 
 _NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")), shared=True)
@@ -298,7 +313,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
     # Composed of several ops: their gradients add paths through each use of x (composite_terms.py).
-    "softsign": AccumulationRule(lambda a, k: 1, grad_term_norms=composite_terms.softsign_gradient_terms),
+    "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms),
+    "softsign": AccumulationRule(elementwise, grad_term_norms=composite_terms.softsign_gradient_terms),
     "normalize": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1)),
                                   grad_term_norms=composite_terms.normalize_gradient_terms),
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),

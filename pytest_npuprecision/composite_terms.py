@@ -1,4 +1,4 @@
-"""Term norms of functionals torch composes from several ops, whose gradients add paths that cancel.
+"""Term norms of functionals torch composes from several ops, whose results or gradients cancel.
 
 Autograd differentiates ``softsign(x) = x / (1 + |x|)`` and ``normalize(x) = x / ||x||`` through each
 use of x and adds the paths: g / (1 + |x|) - g |x| / (1 + |x|)^2 for softsign, which leaves
@@ -37,3 +37,14 @@ def normalize_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str,
     norm = norm.detach().clamp_min(eps)
     through_norm = slope.abs() * (g * x.detach().abs()).sum(dim, keepdim=True) / norm.square()
     return {"input": g / norm + torch.nan_to_num(through_norm, nan=0.0)}
+
+
+def gelu_terms(args, kwargs) -> torch.Tensor:
+    """gelu(x) = x/2 (1 + erf(x / sqrt 2)) (or tanh's approximation): below x of about -3 the factor
+    1 + erf cancels to a few ulp of 1, which a fair kernel rounds there; the terms are x/2 and x/2 erf."""
+    x = _double(argument(args, kwargs, 0, "input"))
+    if argument(args, kwargs, 1, "approximate", default="none") == "tanh":
+        inner = torch.tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3)))
+    else:
+        inner = torch.erf(x * 0.7071067811865476)
+    return 0.5 * x.abs() * (1 + inner.abs())

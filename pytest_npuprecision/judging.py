@@ -196,7 +196,8 @@ def _accumulation(name, op: str | None, accumulation: Accumulation | None,
             raise ValueError(f"inputs= cannot derive the accumulation of op {op!r}: {resolved.unsupported}")
         args, kwargs = inputs
         return accumulation_for(resolved, args, kwargs)
-    if accumulation is None and name is not None and name.bare in ACCUMULATION_RULES:
+    if accumulation is None and name is not None and name.bare in ACCUMULATION_RULES \
+            and ACCUMULATION_RULES[name.bare].reduces:
         raise ValueError(f"op {op!r} reduces: its error bound needs the reduction length. Pass the call's "
                          f"arguments as inputs=(args, kwargs), or accumulation=Accumulation(length, term_norms)")
     return accumulation or Accumulation()

@@ -119,6 +119,7 @@ class Metrics:
     # With a shared factor: the mean error over the elementwise bound once each row's common offset
     # and scale are taken out (_row_residual); None for other outputs.
     mean_residual_ratio: float | None = None
+    reduction_length: int = 1  # terms per sum in the error bound: 1 where each element is one rounding
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -198,8 +199,9 @@ def compute_metrics_each(
             total.add(*_chunk_partials(flat[start:stop], shared_golden, None if shift is None else shift[start:stop],
                                        start, fmt, params))
     if shifts[0] is None:
-        return [_combine(total, a, golden_rms) for total, a in zip(totals, actuals)]
-    return [replace(_combine(total, a, golden_rms),
+        return [replace(_combine(total, a, golden_rms), reduction_length=acc.length)
+                for total, a in zip(totals, actuals)]
+    return [replace(_combine(total, a, golden_rms), reduction_length=acc.length,
                     mean_residual_ratio=_row_residual(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc,
                                                       golden_rms, work))
             for total, a, flat in zip(totals, actuals, flats)]

@@ -4,8 +4,13 @@ Backward runs from the saved output, rounded to its dtype. softmax's dx = y * (g
 where g_i is near the row's weighted mean, and carries y's rounding into both terms: a fair float16
 kernel on a row of wide scores (|x| ~ 20) erred 6x past a bound scaled by |dx| alone.
 log_softmax's dx = g - p * sum(g) cancels likewise, with p = exp(out) relatively as rounded as out
-is (u |out|). (Their forwards need no term norms: each output is one correctly rounded quotient or
-difference of exact-ish terms, and fair kernels stay well within the plain bound.)
+is (u |out|).
+
+Forward, softmax's p_i = exp(x_i - max) / sum is relatively accurate however small: exp turns the
+rounding of its argument into a relative error of u |x_i - max|, and the sum of positive terms errs
+relatively. Its term norm p |x - max| keeps the bound relative, where the plain bound's floor of the
+output's RMS let a tiny probability ten times too large pass. log_softmax's error is absolute (a
+difference), which the plain bound already is.
 """
 
 from __future__ import annotations
@@ -25,6 +30,17 @@ def softmax_dim(x: torch.Tensor, dim: int | None) -> int:
 def _parts(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[torch.Tensor, int]:
     x = argument(args, kwargs, 0, "input", "self").detach().double()
     return x, softmax_dim(x, argument(args, kwargs, 1, "dim"))
+
+
+def forward_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.Tensor:
+    """softmax's and softmin's term norms: p |x - max| along the normalized dim."""
+    x, dim = _parts(args, kwargs)
+    if op == "softmin":
+        x = -x
+    if x.dim() == 0:
+        return torch.zeros_like(x)
+    shifted = (x - x.amax(dim, keepdim=True)).abs()
+    return torch.nan_to_num(torch.softmax(x, dim) * shifted, nan=0.0, posinf=0.0)
 
 
 def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],

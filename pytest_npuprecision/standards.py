@@ -83,6 +83,19 @@ class Binary(Standard):
 SCALED_FLOORS = {"max_scaled_err_ratio": 4.0, "mean_scaled_err_ratio": 0.5}
 
 
+def _scaled_floor(metric: str, finite: int) -> float:
+    """SCALED_FLOORS, with the mean's raised where it averages few elements: the mean of one element
+    is its maximum (a scalar loss), and a mean of n is that noisy to about 1 / sqrt(n)."""
+    floor = SCALED_FLOORS[metric]
+    return floor + 1 / math.sqrt(finite) if metric == "mean_scaled_err_ratio" and finite else floor
+
+
+def _within_floors(m) -> bool:
+    """The device meets its own error bound with the floors' wide margin."""
+    return m.max_bound_ratio <= SCALED_FLOORS["max_scaled_err_ratio"] and \
+        m.mean_bound_ratio <= _scaled_floor("mean_scaled_err_ratio", m.finite)
+
+
 class Benchmark(Standard):
     """The device's error against the golden, divided by the baseline's error against the golden.
 
@@ -108,13 +121,29 @@ class Benchmark(Standard):
             "mean_scaled_err_ratio": (m.mean_bound_ratio, baseline.mean_bound_ratio, 0.0),
             "error_balance_ratio": (abs(m.error_balance), abs(baseline.error_balance), max(0.1, noise)),
         }
+        # Where the device meets its own bound with the floors' margin, some ratios measure the
+        # baseline's care rather than the device's fault, and only warn:
+        # - the small-value share: a small value's error may pass small_value_atol by far where a fair
+        #   kernel's bound allows it (an unfused bias rounds the product first: 80 % of float16
+        #   near-zero outputs, against a fused kernel's none);
+        # - RMSE, for an op that sums nothing (each element one function value: gelu's 1 + erf
+        #   cancels below -3, an erfc-based peer errs 100x less).
+        # An op that accumulates keeps its RMSE ratio: there it is what finds a bias of a few ulp.
+        margin = _within_floors(m)
+        excused = {"small_value_err_ratio"} if margin else set()
+        if margin and m.reduction_length <= 1:
+            excused.add("rmse_ratio")
         checks = []
         for metric, (device, base, least) in pairs.items():
             if metric in SCALED_FLOORS:
-                device, least = max(device, SCALED_FLOORS[metric]), SCALED_FLOORS[metric]
+                least = _scaled_floor(metric, m.finite)
+                device = max(device, least)
             denominator = max(base, least)
             ratio = device / denominator if denominator > 0 else (0.0 if device == 0 else math.inf)
-            checks.append(_check(metric, ratio, limits[metric], baseline=base))
+            check = _check(metric, ratio, limits[metric], baseline=base)
+            if metric in excused and check.status is Status.ERROR:
+                check = dataclasses.replace(check, status=Status.WARNING)
+            checks.append(check)
         return checks
 
 

@@ -25,7 +25,6 @@ CELLS = [Cell(op, dtype, "normal") for op in OPS if op.name in PINNED for dtype 
 PEER_FALSE_ALARMS = {
     ("Torch.matmul", "float32", "blocked256"): "rmse_ratio of two fair blockings (1.32 against 1.2)",
     ("Torch.sum", "float32", "sequential_f32"): "rmse_ratio of a sequential against a pairwise sum (4.7)",
-    ("Functional.gelu", "float32", "erf"): "small_value_err_ratio where 1 + erf(x/sqrt 2) cancels (5e6)",
 }
 
 

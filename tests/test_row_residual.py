@@ -46,7 +46,9 @@ def test_fair_normalizations_leave_a_small_residual(dtype, k):
         assert verdict.status is Status.PASS, f"{label}: {verdict.message()}"
         (_, output), = verdict.outputs[:1]
         residual = output.metrics.mean_residual_ratio
-        assert residual is not None and residual < 0.2, f"{label}: residual {residual}"  # limit 1
+        # limit 1; softmax's float16 tail of 8192 is subnormal, where each rounding is up to half a
+        # subnormal spacing against a bound relative to p (0.27)
+        assert residual is not None and residual < 0.35, f"{label}: residual {residual}"
 
 
 def _rms_norm_rounded_through_bfloat16(x, shape, weight):
