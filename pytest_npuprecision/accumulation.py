@@ -83,6 +83,15 @@ def _cumsum_length(args, kwargs) -> int:  # the last element sums the whole dim;
     return x.shape[argument(args, kwargs, 1, "dim")] if x.dim() else 1
 
 
+def _trapezoid(cumulative: bool) -> AccumulationRule:
+    """trapezoid, trapz and cumulative_trapezoid: the intervals along dim, and their terms' norms."""
+    def length(args, kwargs) -> int:
+        y = argument(args, kwargs, 0, "y")
+        return max(y.shape[kwargs.get("dim", -1)] - 1, 1) if y.dim() else 1
+    return AccumulationRule(length, term_norm=lambda a, k: composite_terms.trapezoid_terms(a, k, cumulative),
+                            arguments=("y", "x"))
+
+
 class _CrossEntropy:
     """What a fair cross_entropy kernel rounds, where cancellation makes it outgrow the result.
 
@@ -303,6 +312,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "sum": _SUM,
     "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
     "cumsum": AccumulationRule(_cumsum_length, squared=True),
+    "trapezoid": _trapezoid(cumulative=False), "trapz": _trapezoid(cumulative=False),
+    "cumulative_trapezoid": _trapezoid(cumulative=True),
     "norm": _NORM, "vector_norm": _NORM,
     # Distances and similarities sum over one dim of their inputs: the feature dim.
     "cosine_similarity": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1))),

@@ -48,3 +48,24 @@ def gelu_terms(args, kwargs) -> torch.Tensor:
     else:
         inner = torch.erf(x * 0.7071067811865476)
     return 0.5 * x.abs() * (1 + inner.abs())
+
+
+def trapezoid_terms(args, kwargs, cumulative: bool = False) -> torch.Tensor:
+    """trapezoid(y, x) sums dx_i (y_i + y_i+1) / 2, which cancel where y or dx changes sign; a fair
+    kernel rounds each difference, sum and product: the terms are |dx_i| (|y_i| + |y_i+1|) / 2, and
+    their L2 norm along the dim (cumulatively, so far) is the scale. Without x, one spacing dx."""
+    y = _double(argument(args, kwargs, 0, "y"))
+    dim = kwargs.get("dim", -1) % y.dim()
+    n = y.shape[dim]
+    x = argument(args, kwargs, 1, "x")
+    if isinstance(x, torch.Tensor) and x.dim() == 1:  # spacings along dim only
+        shape = [1] * y.dim()
+        shape[dim] = n - 1
+        spacing = _double(x).diff().abs().reshape(shape)
+    elif isinstance(x, torch.Tensor):
+        spacing = _double(x).diff(dim=dim).abs()
+    else:
+        spacing = abs(float(kwargs.get("dx") or 1.0))
+    terms = spacing * (y.narrow(dim, 0, n - 1).abs() + y.narrow(dim, 1, n - 1).abs()) / 2
+    squares = terms.square()
+    return (squares.cumsum(dim) if cumulative else squares.sum(dim)).sqrt()
