@@ -119,6 +119,9 @@ class Metrics:
     # With a shared factor: the mean error over the elementwise bound once each row's common offset
     # and scale are taken out (_row_residual); None for other outputs.
     mean_residual_ratio: float | None = None
+    # With a shared factor: the standard error of error_balance with rows as the samples (a row's
+    # signs move together with its factor's rounding); None for other outputs.
+    error_balance_noise: float | None = None
     reduction_length: int = 1  # terms per sum in the error bound: 1 where each element is one rounding
 
     def as_dict(self) -> dict:
@@ -203,8 +206,29 @@ def compute_metrics_each(
                 for total, a in zip(totals, actuals)]
     return [replace(_combine(total, a, golden_rms), reduction_length=acc.length,
                     mean_residual_ratio=_row_residual(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc,
-                                                      golden_rms, work))
+                                                      golden_rms, work),
+                    error_balance_noise=_row_balance_noise(flat, flat_g, acc.length, work))
             for total, a, flat in zip(totals, actuals, flats)]
+
+
+def _row_balance_noise(flat_a, flat_g, length: int, work) -> float:
+    """The standard error of the error balance over rows that share a rounded factor: the spread of
+    the rows' own balances over sqrt(rows). A fair float32 softmax's row leans to its factor's side
+    (balances of +-0.5 from row to row), a kernel that truncates leans the same way in every row:
+    the first is noise, the second a bias. One row says nothing of which it is: 1/3 (never judged)."""
+    rows = flat_a.numel() // length
+    if rows < 2:
+        return 1 / 3
+    balances = torch.empty(rows, dtype=work, device=flat_a.device)
+    step = max(1, _MAX_CHUNK // length)
+    for first in range(0, rows, step):
+        part = slice(first * length, min(rows, first + step) * length)
+        a = flat_a[part].to(work).reshape(-1, length)
+        g = flat_g[part].to(flat_a.dtype).to(device=flat_a.device, dtype=work).reshape(-1, length)
+        finite = torch.isfinite(a) & torch.isfinite(g)
+        signs = torch.where(finite, torch.sign(a - g), 0)
+        balances[first:first + a.shape[0]] = signs.sum(-1) / finite.sum(-1).clamp(min=1)
+    return float(balances.std() / math.sqrt(rows))
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:

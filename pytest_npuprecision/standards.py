@@ -114,6 +114,8 @@ class Benchmark(Standard):
     def checks(self, m, limits, baseline, floor):
         assert baseline is not None
         noise = 3 / math.sqrt(m.finite) if m.finite else 1.0
+        if m.error_balance_noise is not None:  # rows of a shared factor: the rows are the samples
+            noise = max(noise, 3 * m.error_balance_noise)
         pairs = {
             "small_value_err_ratio": (m.small_value_err_ratio, baseline.small_value_err_ratio, floor),
             "rmse_ratio": (m.rmse, baseline.rmse, floor * m.golden_rms),

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.defect_kernels import OPS
-from benchmarks.defect_suite import Cell
+from benchmarks.defect_suite import Cell, outputs
 from pytest_npuprecision import Status, judge, render_message
 
 GEN = torch.Generator().manual_seed(3)
@@ -125,3 +125,23 @@ def test_fair_kernels_that_round_an_intermediate_pass_without_a_baseline(name):
                 if verdict.status is Status.ERROR:
                     alarms.append(f"{cell.label} {impl}: {'; '.join(c.describe() for c in verdict.failures)}")
     assert not alarms, "\n".join(alarms)
+
+
+def _suite_cell(name, dtype, regime):
+    return Cell(next(op for op in OPS if op.name == name), dtype, regime)
+
+
+def test_a_softmax_s_rows_leaning_to_their_factor_s_side_are_noise_and_truncation_is_not():
+    """A fair float32 softmax's rows each lean to the side of their rounded sum (balance 0.25 against
+    a peer's 0.09); the rows are the samples there. A kernel that truncates leans the same way in
+    every row and still fails against the same peer."""
+    cell = _suite_cell("Torch.softmax", torch.float32, "long")
+    (args, kwargs), fair = cell.call, cell.fair
+    verdict = judge(fair["reciprocal"], cell.golden, op=cell.op.name, inputs=(args, kwargs), baseline=fair["torch"])
+    assert verdict.metrics.error_balance_noise > 0.03
+    assert verdict.status is not Status.ERROR, render_message(verdict)
+    half = _suite_cell("Torch.softmax", torch.float16, "normal")
+    (args, kwargs), fair = half.call, half.fair
+    truncated = next(o.actual for o in outputs(half) if o.impl == "round_toward_zero")
+    verdict = judge(truncated, half.golden, op=half.op.name, inputs=(args, kwargs), baseline=fair["torch"])
+    assert _status(verdict, "error_balance_ratio") is Status.ERROR, render_message(verdict)
