@@ -38,13 +38,16 @@ def _softmax_length(args, kwargs) -> int:
 
 
 def _contracted(args, kwargs) -> int:
-    """How many products each element of tensordot(a, b, dims) sums: the contracted dims of a."""
-    a, dims = argument(args, kwargs, 0, "a"), argument(args, kwargs, 2, "dims", default=2)
+    """How many products each element of tensordot(a, b, dims) sums: the contracted dims, the larger
+    of a's and b's in each pair (a dim of 1 broadcasts against the other: a 1x1 a sums b's 2x2)."""
+    a, b = argument(args, kwargs, 0, "a"), argument(args, kwargs, 1, "b")
+    dims = argument(args, kwargs, 2, "dims", default=2)
     if isinstance(dims, int):
-        return math.prod(a.shape[a.dim() - dims:]) if dims else 1
-    first = dims[0] if isinstance(dims, (list, tuple)) and dims else ()
-    first = [first] if isinstance(first, int) else first
-    return math.prod(a.shape[d] for d in first) if first else 1
+        pairs = list(zip(range(a.dim() - dims, a.dim()), range(dims))) if dims else []
+    else:
+        first, second = (dims[0], dims[1]) if isinstance(dims, (list, tuple)) and len(dims) == 2 else ((), ())
+        pairs = list(zip(*(([d] if isinstance(d, int) else d) for d in (first, second))))
+    return math.prod(max(a.shape[i], b.shape[j]) for i, j in pairs) if pairs else 1
 
 
 def _over_last_dim(args, kwargs) -> bool:
@@ -316,11 +319,14 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "cumulative_trapezoid": _trapezoid(cumulative=True),
     "norm": _NORM, "vector_norm": _NORM,
     # Distances and similarities sum over one dim of their inputs: the feature dim.
-    "cosine_similarity": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1))),
+    "cosine_similarity": AccumulationRule(lambda a, k: _reduced(argument(a, k, 0, "x1"),
+                                                                argument(a, k, 2, "dim", default=1)),
+                                         grad_term_norms=composite_terms.cosine_similarity_gradient_terms,
+                                         arguments=("x1", "x2", "dim", "eps")),
     "pairwise_distance": AccumulationRule(lambda a, k: _input(a, k).shape[-1] if _input(a, k).dim() else 1),
     "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
     "tensordot": AccumulationRule(lambda a, k: _contracted(a, k), squared=True),
-    "var": _statistic("var"), "std": _statistic("std"), "logsumexp": _STAT,
+    "var": _statistic("var"), "std": _statistic("std"), "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
     # Composed of several ops: their gradients add paths through each use of x (composite_terms.py).

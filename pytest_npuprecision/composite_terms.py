@@ -69,3 +69,18 @@ def trapezoid_terms(args, kwargs, cumulative: bool = False) -> torch.Tensor:
     terms = spacing * (y.narrow(dim, 0, n - 1).abs() + y.narrow(dim, 1, n - 1).abs()) / 2
     squares = terms.square()
     return (squares.cumsum(dim) if cumulative else squares.sum(dim)).sqrt()
+
+
+def cosine_similarity_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    """cos = sum(x1/N1 * x2/N2): autograd's dx1 = g (x2/(N1 N2) - cos x1/N1^2) cancels where x1 and
+    x2 point alike, and each path is rounded: the terms are the two paths' sizes (x2 likewise)."""
+    a, b = _double(argument(args, kwargs, 0, "x1")), _double(argument(args, kwargs, 1, "x2"))
+    dim = argument(args, kwargs, 2, "dim", default=1)
+    eps = argument(args, kwargs, 3, "eps", default=1e-8)
+    x1, x2 = torch.broadcast_tensors(a, b)
+    n1, n2 = (x.norm(2, dim, keepdim=True).clamp_min(eps) for x in (x1, x2))
+    cos = ((x1 / n1) * (x2 / n2)).sum(dim, keepdim=True).abs()
+    g = _double(cotangent).to(x1.device).unsqueeze(dim).abs()
+    # A broadcast input's gradient sums its copies' paths.
+    return {"x1": (g * (x2.abs() / (n1 * n2) + cos * x1.abs() / n1.square())).sum_to_size(a.shape),
+            "x2": (g * (x1.abs() / (n1 * n2) + cos * x2.abs() / n2.square())).sum_to_size(b.shape)}

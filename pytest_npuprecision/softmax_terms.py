@@ -57,3 +57,20 @@ def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
                 + y * g.abs().sum(dim, keepdim=True)}
     weighted = (y * g).sum(dim, keepdim=True)
     return {"input": y * (g.abs() + weighted.abs() + (y * g.abs()).sum(dim, keepdim=True))}
+
+
+def logsumexp_gradient_terms(args: Sequence[Any], kwargs: Mapping[str, Any],
+                             cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    """logsumexp's dx = g exp(x - out) reads the saved out, rounded to its dtype: exp turns the
+    roundings of out and of x - out into a relative error of u (|out| + |x - out|) in each dx."""
+    x = argument(args, kwargs, 0, "input", "self").detach().double()
+    dim = argument(args, kwargs, 1, "dim")
+    dims = [d % max(x.dim(), 1) for d in ((dim,) if isinstance(dim, int) else dim)] if x.dim() else []
+    out = x.logsumexp(dims, keepdim=True) if dims else x.clone()
+    g = cotangent.detach().double().to(x.device)
+    if not argument(args, kwargs, 2, "keepdim", default=False):
+        for d in sorted(dims):
+            g = g.unsqueeze(d)
+    shifted = x - out
+    size = torch.where(torch.isfinite(out), out.abs(), torch.zeros_like(out)) + shifted.abs()
+    return {"input": torch.nan_to_num(g.abs() * shifted.exp() * size, nan=0.0, posinf=0.0)}

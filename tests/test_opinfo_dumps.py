@@ -120,11 +120,9 @@ def test_torchs_real_imprecisions_fail(pytester, dtype):
 
 def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
     """Fair kernels that amplify rounding at these inputs (issue 21, part 1): the second look, the
-    losses' lengths, softmin's term norms and the shared row factor judge them fair. Two are left,
-    each named with why."""
+    losses' lengths and roundings, softmin's term norms and the shared row factor judge them fair.
+    One is left, named with why."""
     left = {
-        # float16 BCE-with-logits: log1p(exp(-|x|)) rounded in float16 before the mean, 1.2x the mean bound.
-        "Functional.binary_cross_entropy_with_logits.2.forward",
         # float32 kl_div: a mean of target * (log target - input) whose terms cancel; the spread of
         # its inputs' rounding explains only part of the error.
         "Functional.kl_div.2.forward",
