@@ -326,7 +326,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "pairwise_distance": AccumulationRule(lambda a, k: _input(a, k).shape[-1] if _input(a, k).dim() else 1),
     "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
     "tensordot": AccumulationRule(lambda a, k: _contracted(a, k), squared=True),
-    "var": _statistic("var"), "std": _statistic("std"), "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
+    "var": _statistic("var"), "std": _statistic("std"),
+    "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
     # Composed of several ops: their gradients add paths through each use of x (composite_terms.py).

@@ -24,7 +24,7 @@ from pytest_npuprecision.ops import resolve
 from pytest_npuprecision.runner import run_call
 from pytest_npuprecision.verdict import Status
 
-_LOADED = torch.load(Path(__file__).resolve().parent / "data" / "opinfo" / "round3" / "inputs.pt")
+_LOADED = torch.load(Path(__file__).resolve().parent / "data" / "opinfo" / "round3" / "inputs.pt", weights_only=True)
 SAMPLES, REAL = _LOADED["fair"], _LOADED["real"]
 FORWARD = [k for k in SAMPLES if k.endswith(".forward")]
 BACKWARD = [k for k in SAMPLES if k.endswith(".backward")]
