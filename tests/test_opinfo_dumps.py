@@ -121,12 +121,8 @@ def test_torchs_real_imprecisions_fail(pytester, dtype):
 def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
     """Fair kernels that amplify rounding at these inputs (issue 21, part 1): the second look, the
     losses' lengths and roundings, softmin's term norms and the shared row factor judge them fair.
-    One is left, named with why."""
-    left = {
-        # float32 kl_div: a mean of target * (log target - input) whose terms cancel; the spread of
-        # its inputs' rounding explains only part of the error.
-        "Functional.kl_div.2.forward",
-    }
+    (float32 kl_div, the last one left, counts the roundings of its composed steps.)"""
+    left: set[str] = set()
     records = run(pytester, "false_alarms")
     failed = {k for k, r in records.items() if r["status"] == "error"}
     # float16 addbmm sits at 1.1x its mean bound with two threads and within it with one: torch's
