@@ -330,7 +330,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
-    # Composed of several ops: their gradients add paths through each use of x (composite_terms.py).
+    # Composed of several ops (composite_terms.py): gelu's 1 + erf cancels forward; softsign's and
+    # normalize's gradients add paths through each use of x, which cancel.
     "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms),
     "softsign": AccumulationRule(elementwise, grad_term_norms=composite_terms.softsign_gradient_terms),
     "normalize": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1)),

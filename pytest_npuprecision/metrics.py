@@ -117,7 +117,7 @@ class Metrics:
     overflow: int = 0  # +-inf on the device where the golden, rounded to the dtype, is finite: downstream of one
     range_overflow: int = 0  # +-inf on the device where the exact result is finite but past the dtype's max
     # With a shared factor: the mean error over the elementwise bound once each row's common offset
-    # and scale are taken out (_row_residual); None for other outputs.
+    # and scale are taken out (_row_statistics); None for other outputs.
     mean_residual_ratio: float | None = None
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.
@@ -204,31 +204,11 @@ def compute_metrics_each(
     if shifts[0] is None:
         return [replace(_combine(total, a, golden_rms), reduction_length=acc.length)
                 for total, a in zip(totals, actuals)]
-    return [replace(_combine(total, a, golden_rms), reduction_length=acc.length,
-                    mean_residual_ratio=_row_residual(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc,
-                                                      golden_rms, work),
-                    error_balance_noise=_row_balance_noise(flat, flat_g, acc.length, work))
-            for total, a, flat in zip(totals, actuals, flats)]
-
-
-def _row_balance_noise(flat_a, flat_g, length: int, work) -> float:
-    """The standard error of the error balance over rows that share a rounded factor: the spread of
-    the rows' own balances over sqrt(rows). A fair float32 softmax's row leans to its factor's side
-    (balances of +-0.5 from row to row), a kernel that truncates leans the same way in every row:
-    the first is noise, the second a bias. One row says nothing of which it is: 1/3 (never judged)."""
-    rows = flat_a.numel() // length
-    if rows < 2:
-        return 1 / 3
-    balances = torch.empty(rows, dtype=work, device=flat_a.device)
-    step = max(1, _MAX_CHUNK // length)
-    for first in range(0, rows, step):
-        part = slice(first * length, min(rows, first + step) * length)
-        a = flat_a[part].to(work).reshape(-1, length)
-        g = flat_g[part].to(flat_a.dtype).to(device=flat_a.device, dtype=work).reshape(-1, length)
-        finite = torch.isfinite(a) & torch.isfinite(g)
-        signs = torch.where(finite, torch.sign(a - g), 0)
-        balances[first:first + a.shape[0]] = signs.sum(-1) / finite.sum(-1).clamp(min=1)
-    return float(balances.std() / math.sqrt(rows))
+    rows = [_row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, work)
+            for flat in flats]
+    return [replace(_combine(total, a, golden_rms), reduction_length=acc.length, mean_residual_ratio=residual,
+                    error_balance_noise=balance_noise)
+            for total, a, (residual, balance_noise) in zip(totals, actuals, rows)]
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
@@ -252,9 +232,12 @@ def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.
 RESIDUAL_ROUNDINGS = 2
 
 
-def _row_residual(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
-                  golden_rms: float, work) -> float:
-    """The mean error over the elementwise bound once each row's common error is taken out.
+def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
+                    golden_rms: float, work) -> tuple[float, float]:
+    """Over rows that share a rounded factor, in one pass: the mean residual ratio and the standard
+    error of the error balance.
+
+    The residual is the mean error over the elementwise bound once each row's common error is taken out.
 
     A fair normalization errs along a row in two ways: through its shared statistics (a rounded sum,
     a rounded rsqrt), which the bound allows for with sqrt(K)·u_acc and which move every element of
@@ -262,8 +245,15 @@ def _row_residual(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForma
     by a few roundings. The least-squares offset and scale of each row's error are taken out, so
     what is left is the per-element part, judged against the bound without the sqrt(K) share:
     noise of tens of ulp shows at any K, where under the full bound it hides past K of about 1000.
+
+    The balance's standard error is the spread of the rows' own balances over sqrt(rows): a fair
+    float32 softmax's row leans to its factor's side (+-0.5 from row to row), a kernel that
+    truncates leans the same way in every row; the first is noise, the second a bias. One row says
+    nothing of which it is: 1/3 (the balance is never judged).
     """
     device = flat_a.device
+    rows = flat_a.numel() // acc.length
+    balances = torch.empty(rows, dtype=work, device=device)
     rows_per_chunk = max(1, _MAX_CHUNK // acc.length)
     offset = _flat_term_norm(acc.shared_offset, shape, device, work)
     origin = _flat_term_norm(acc.shared_origin, shape, device, work)
@@ -285,7 +275,14 @@ def _row_residual(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForma
         bound = _error_bound(abs_g, term, moved, fmt, per_scale, golden_rms, work)
         total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
         count += int(finite.sum())
-    return total / count if count else 0.0
+        # signs against the golden as the dtype holds it, as error_balance counts them
+        g_round = flat_g[part].to(flat_a.dtype).to(device=device, dtype=work).reshape(g.shape)
+        signed = torch.isfinite(a) & torch.isfinite(g_round)
+        signs = torch.where(signed, torch.sign(a - g_round), 0)
+        first = start // acc.length
+        balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
+    residual = total / count if count else 0.0
+    return residual, (float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3)
 
 
 def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

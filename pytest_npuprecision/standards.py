@@ -225,7 +225,7 @@ class ErrorBound(Standard):
             _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
                    _at_least(limits["magnitude_bound_bias"], chance)),
         ]
-        if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_residual
+        if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_statistics
             checks.append(_check("mean_residual_ratio", m.mean_residual_ratio, limits["mean_residual_ratio"]))
         return checks
 
