@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import attention_terms, composite_terms, norm_terms, softmax_terms
+from . import attention_terms, composite_terms, norm_terms, sampling_terms, softmax_terms
 from .call_arguments import argument
 
 
@@ -93,6 +93,73 @@ def _trapezoid(cumulative: bool) -> AccumulationRule:
         return max(y.shape[kwargs.get("dim", -1)] - 1, 1) if y.dim() else 1
     return AccumulationRule(length, term_norm=lambda a, k: composite_terms.trapezoid_terms(a, k, cumulative),
                             arguments=("y", "x"))
+
+
+# Taps per output element of each interpolation mode, per spatial dim (area: the adaptive window).
+_TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 2, "trilinear": 2, "bicubic": 4}
+
+
+@dataclass(frozen=True)
+class _Interpolation:
+    """interpolate and the upsample functionals: each output is a weighted sum of the taps around its
+    source point, with weights that sum to 1 (area: a mean over an adaptive window). ``mode`` and
+    ``align_corners`` are fixed by upsample_bilinear and upsample_nearest; the others take them as
+    interpolate does, at the same positions."""
+
+    mode: str | None = None
+    align_corners: bool | None = None
+
+    def call(self, args, kwargs) -> dict[str, Any]:
+        """The call's arguments by interpolate's names."""
+        names = ("size", "scale_factor") if self.mode else \
+            ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
+        found = {name: argument(args, kwargs, i + 1, name) for i, name in enumerate(names)}
+        if self.mode:
+            found.update(mode=self.mode, align_corners=self.align_corners)
+        found["mode"] = found.get("mode") or "nearest"
+        return {k: v for k, v in found.items() if v is not None}
+
+    def length(self, args, kwargs) -> int:
+        x, call = _input(args, kwargs), self.call(args, kwargs)
+        windows = [-(-size // out) + bool(size % out) for size, out in zip(x.shape[2:], _resized(x, call))]
+        if call["mode"] == "area":
+            return math.prod(windows)
+        taps = _TAPS.get(call["mode"], 4)
+        if call.get("antialias"):  # downsampling widens the support by the ratio
+            return math.prod(taps * w for w in windows)
+        return taps ** len(windows)
+
+    def terms(self, args, kwargs) -> torch.Tensor:
+        """The linear and cubic modes: the L2 norm of the taps (sampling_terms.py); the others
+        sqrt(sum w x^2), at least the L2 norm of the terms w x where 0 <= w <= 1."""
+        x, call = _input(args, kwargs), self.call(args, kwargs)
+        taps = sampling_terms.interpolate_taps_norm(args, kwargs, call, _resized(x, call))
+        if taps is not None:
+            return taps
+        norm = torch.nn.functional.interpolate(x.detach().double().square(), **call).abs().sqrt()
+        return norm / math.sqrt(self.length(args, kwargs)) if call["mode"] == "area" else norm
+
+    def sensitivity(self, args, kwargs) -> torch.Tensor:
+        """How far the result moves with its source points' rounding (sampling_terms.py)."""
+        call = self.call(args, kwargs)
+        moved = sampling_terms.interpolate_sensitivity(args, kwargs, call, _resized(_input(args, kwargs), call))
+        return torch.zeros((), dtype=torch.float64) if moved is None else moved
+
+    def rule(self) -> AccumulationRule:
+        # A separable kernel interpolates one dim at a time and may round each pass to the dtype, as
+        # torch's half-precision bicubic does (0.3 u of the taps where the result cancels them).
+        return AccumulationRule(self.length, squared=True, term_norm=self.terms, roundings=1,
+                                sensitivity=self.sensitivity)
+
+
+def _resized(x: torch.Tensor, call: Mapping[str, Any]) -> tuple[int, ...]:
+    """The spatial output size of an interpolate call, from ``size`` or ``scale_factor``."""
+    spatial = x.shape[2:]
+    size, scale = call.get("size"), call.get("scale_factor")
+    if size is not None:
+        return tuple(size) if isinstance(size, (list, tuple)) else (int(size),) * len(spatial)
+    scales = tuple(scale) if isinstance(scale, (list, tuple)) else (scale or 1.0,) * len(spatial)
+    return tuple(max(int(math.floor(n * s)), 1) for n, s in zip(spatial, scales))
 
 
 class _CrossEntropy:
@@ -319,6 +386,12 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "cumulative_trapezoid": _trapezoid(cumulative=True),
     "norm": _NORM, "vector_norm": _NORM,
     # Distances and similarities sum over one dim of their inputs: the feature dim.
+    **{name: AccumulationRule(elementwise, sensitivity=sampling_terms.grid_sample_sensitivity,
+                              arguments=("input", "grid"))
+       for name in sampling_terms.SAMPLERS},
+    "interpolate": _Interpolation().rule(), "upsample": _Interpolation().rule(),
+    "upsample_bilinear": _Interpolation("bilinear", align_corners=True).rule(),
+    "upsample_nearest": _Interpolation("nearest").rule(),
     "cosine_similarity": AccumulationRule(lambda a, k: _reduced(argument(a, k, 0, "x1"),
                                                                 argument(a, k, 2, "dim", default=1)),
                                          grad_term_norms=composite_terms.cosine_similarity_gradient_terms,

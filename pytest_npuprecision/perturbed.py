@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from . import sampling_terms
 from .accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
@@ -33,10 +34,10 @@ DRAWS = 5
 AMPLIFIED = 4.0
 
 # Ops whose fair kernels are stable only normwise: matrix algorithms (a backward-stable QR or SVD is
-# exact for a matrix moved by u times its norm, not each entry by u times itself), and ops that turn
-# inputs into coordinates (grid_sample rounds (x + 1) / 2 * (W - 1), whose error follows W, not x).
-# Their inputs move by u times the larger of the element and the tensor's RMS.
-NORMWISE = MATRIX_ALGORITHMS | {"grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid"}
+# exact for a matrix moved by u times its norm, not each entry by u times itself), and affine_grid,
+# whose grid is a product of theta with a base grid. Their inputs move by u times the larger of the
+# element and the tensor's RMS. (grid_sample's grid moves as its kernel rounds coordinates, below.)
+NORMWISE = MATRIX_ALGORITHMS | {"affine_grid"}
 # A matrix algorithm is backward stable with a backward error of about its size n times u, not u: a
 # Householder QR or an SVD is exact for a matrix moved by n u ||A|| (the bound's length for these ops
 # is n^2, accumulation.py). Its draws move the inputs that far. Its backward reads the factors its
@@ -55,8 +56,11 @@ class Jitter:
     normwise: bool = False
     units: float = 1.0  # how many unit roundoffs the move may reach
     unit: float | None = None  # the unit roundoff, where not the tensor's own dtype's (a saved factor)
+    # Paths of sampling coordinates (grid_sample's grid): they also move as far as a fair kernel's
+    # rounding misplaces them (sampling_terms.py), in the compute dtype's unit roundoff.
+    coordinates: frozenset[str] = frozenset()
 
-    def __call__(self, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def __call__(self, t: torch.Tensor, dtype: torch.dtype, path: str | None = None) -> torch.Tensor:
         if t.is_complex() and not dtype.is_complex:
             dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
         if not (t.is_floating_point() or t.is_complex()) or not t.numel():
@@ -64,6 +68,9 @@ class Jitter:
         u = self.units * (self.unit or torch.finfo(t.real.dtype if t.is_complex() else t.dtype).eps / 2)
         wide = t.to(dtype)
         share = torch.rand(t.shape, generator=self.generator, dtype=torch.float64).mul_(2).sub_(1).mul_(u)
+        if path in self.coordinates and not t.is_complex():
+            placed = sampling_terms.COORDINATE_ROUNDINGS * compute_roundoff(t.dtype) / u
+            return wide + share.to(wide.dtype) * (wide.abs() + placed * (wide.abs() + 1))
         if not self.normwise or t.is_complex():
             return wide * (1 + share.to(wide.real.dtype))
         size = wide.abs()
@@ -101,7 +108,8 @@ class GoldenSpread:
         op, args, kwargs, golden, grad_paths, cotangents, seed = self._run
         draws = []
         for draw in range(DRAWS):
-            jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE, units=self._units)
+            jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE, units=self._units,
+                            coordinates=sampling_terms.coordinate_paths(op.base_name))
             side = replace(golden, jitter=jitter)
             moved_cotangents = {n: jitter(c, golden.float_dtype or c.dtype) for n, c in cotangents.items()}
             try:
@@ -135,6 +143,11 @@ def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.Abst
     def pack(t: torch.Tensor) -> torch.Tensor:
         return jitter(t.detach(), t.dtype) if t.is_floating_point() or t.is_complex() else t
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
+def compute_roundoff(dtype: torch.dtype) -> float:
+    """The unit roundoff a fair kernel computes in for ``dtype``: float32's for the half types."""
+    return torch.finfo(torch.promote_types(dtype, torch.float32)).eps / 2
 
 
 def roundoff(tensors: Sequence[Any], rounds_to: torch.dtype | None = None) -> float:

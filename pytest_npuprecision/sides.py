@@ -35,13 +35,13 @@ class Side:
     seed: int = 0
     rounds_to: torch.dtype | None = None  # golden of an autocast call: wider float inputs first rounded to this
     # The second look only (perturbed.py): moves each float input by a share of its own dtype's rounding.
-    jitter: Callable[[torch.Tensor, torch.dtype], torch.Tensor] | None = None
+    jitter: Callable[..., torch.Tensor] | None = None  # (tensor, dtype, path)
 
     @property
     def device(self) -> torch.device:
         return self.backend.device
 
-    def place(self, t: torch.Tensor) -> torch.Tensor:
+    def place(self, t: torch.Tensor, path: str | None = None) -> torch.Tensor:
         dtype = t.dtype
         if self.float_dtype is not None and t.is_floating_point():
             dtype = self.float_dtype
@@ -50,7 +50,7 @@ class Side:
         source = t.detach()
         if self.rounds_to is not None and t.is_floating_point() and t.dtype.itemsize > self.rounds_to.itemsize:
             source = source.to(self.rounds_to)  # as autocast casts a float32 weight before a bfloat16 matmul
-        source = source.to(dtype) if self.jitter is None else self.jitter(source, dtype)
+        source = source.to(dtype) if self.jitter is None else self.jitter(source, dtype, path)
         placed = self.backend.to_device(source)
         # In-place ops and methods must never write into the caller's tensors, whatever the backend does.
         if placed.device == t.device and placed.data_ptr() == t.data_ptr() and t.numel():
@@ -135,7 +135,7 @@ def side_arguments(args, kwargs, side: Side, notes: list[str], square: bool = Fa
     """The call's arguments for one side; tensors in ``grad_paths`` become leaves that require grad."""
 
     def leaf(path: str, t: torch.Tensor) -> torch.Tensor:
-        placed = side.place(t)
+        placed = side.place(t, path)
         if square and (placed.is_floating_point() or placed.is_complex()):
             placed = placed * placed.conj() if placed.is_complex() else placed * placed
         if leaves is None or path not in grad_paths:
