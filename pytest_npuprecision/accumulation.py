@@ -387,7 +387,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "norm": _NORM, "vector_norm": _NORM,
     # Distances and similarities sum over one dim of their inputs: the feature dim.
     **{name: AccumulationRule(elementwise, sensitivity=sampling_terms.grid_sample_sensitivity,
-                              arguments=("input", "grid"))
+                              grad_term_norms=sampling_terms.grid_sample_input_terms, arguments=("input", "grid"))
        for name in sampling_terms.SAMPLERS},
     "interpolate": _Interpolation().rule(), "upsample": _Interpolation().rule(),
     "upsample_bilinear": _Interpolation("bilinear", align_corners=True).rule(),

@@ -14,6 +14,8 @@ a half-precision kernel that computes coordinates in its own dtype still errs fa
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -53,6 +55,45 @@ def grid_sample_sensitivity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> t
         return F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align_corners)
 
     return _slopes_times(sample, grid, moved)
+
+
+def grid_sample_input_terms(args: Sequence[Any], kwargs: Mapping[str, Any],
+                            cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The input gradient scatters each sample's output gradient onto the taps around it. A fair
+    kernel computes each tap's weight with an absolute error of a few u, even a weight near 0 (a
+    bicubic tap near a zero of the cubic), so a pixel's gradient errs by u times the sum of |g| over
+    every tap that lands on it, weighted or not: that sum is its term norm. Taps out of range drop
+    (zeros) or land on the nearest pixel (border; reflection is approximated by it too)."""
+    x = argument(args, kwargs, 0, "input")
+    grid = argument(args, kwargs, 1, "grid").detach().double()
+    mode = argument(args, kwargs, 2, "mode", "interpolation_mode", default="bilinear")
+    padding = argument(args, kwargs, 3, "padding_mode", default="zeros")
+    align_corners = bool(argument(args, kwargs, 4, "align_corners", default=False))
+    mode = _GRID_MODES[mode] if isinstance(mode, int) else mode
+    padding = ("zeros", "border", "reflection")[padding] if isinstance(padding, int) else padding
+    spatial = tuple(x.shape[2:])
+    taps = {"nearest": 1, "bilinear": 2, "bicubic": 4}[mode]
+    batch, channels = x.shape[:2]
+    g = cotangent.detach().double().abs().to(grid.device).reshape(batch, channels, -1)
+    firsts = []  # per spatial dim, each sample's first tap
+    for axis, size in enumerate(reversed(spatial)):  # the grid's last axis is x, along the last dim
+        point = grid[..., axis].reshape(batch, -1)
+        pixel = (point + 1) / 2 * (size - 1) if align_corners else ((point + 1) * size - 1) / 2
+        if padding != "zeros" and mode != "bicubic":
+            pixel = pixel.clamp(0, size - 1)
+        first = torch.round(pixel) if mode == "nearest" else torch.floor(pixel) - int(taps == 4)
+        firsts.insert(0, first.long())
+    total = torch.zeros(batch, channels, math.prod(spatial), dtype=torch.float64, device=grid.device)
+    for offsets in itertools.product(range(taps), repeat=len(spatial)):
+        flat = torch.zeros_like(firsts[0])
+        inside = torch.ones_like(firsts[0], dtype=torch.bool)
+        for first, offset, size in zip(firsts, offsets, spatial):
+            index = first + offset
+            inside &= (index >= 0) & (index < size)
+            flat = flat * size + index.clamp(0, size - 1)
+        weight = g if padding != "zeros" else g * inside.unsqueeze(1)
+        total.scatter_add_(2, flat.unsqueeze(1).expand(batch, channels, -1), weight)
+    return {"input": total.reshape(x.shape)}
 
 
 def _slopes_times(sample, grid: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
