@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -32,29 +33,43 @@ _STEP = 2.0 ** -24  # of a normalized coordinate in [-1, 1]: float64 differences
 _GRID_MODES = ("bilinear", "nearest", "bicubic")
 
 
+@dataclass(frozen=True)
+class _GridCall:
+    """grid_sample(input, grid, mode, padding_mode, align_corners), and the grid_sampler ops, whose
+    mode and padding are enums (0 bilinear, 1 nearest, 2 bicubic; 0 zeros, 1 border, 2 reflection)."""
+
+    input: torch.Tensor
+    grid: torch.Tensor  # float64
+    mode: str
+    padding: str
+    align_corners: bool
+
+    @classmethod
+    def of(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> "_GridCall":
+        mode = argument(args, kwargs, 2, "mode", "interpolation_mode", default="bilinear")
+        padding = argument(args, kwargs, 3, "padding_mode", default="zeros")
+        return cls(argument(args, kwargs, 0, "input"), argument(args, kwargs, 1, "grid").detach().double(),
+                   _GRID_MODES[mode] if isinstance(mode, int) else mode,
+                   ("zeros", "border", "reflection")[padding] if isinstance(padding, int) else padding,
+                   bool(argument(args, kwargs, 4, "align_corners", default=False)))
+
+
 def coordinate_paths(op: str) -> frozenset[str]:
     """The argument paths of an op's sampling coordinates (grid_sample's grid); none for other ops."""
     return _GRID_PATHS if op in SAMPLERS else frozenset()
 
 
 def grid_sample_sensitivity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.Tensor:
-    """grid_sample(input, grid, mode, padding_mode, align_corners) and the grid_sampler ops, whose
-    mode and padding are enums (0 bilinear, 1 nearest, 2 bicubic; 0 zeros, 1 border, 2 reflection)."""
-    x = argument(args, kwargs, 0, "input").detach().double()
-    grid = argument(args, kwargs, 1, "grid").detach().double()
-    mode = argument(args, kwargs, 2, "mode", "interpolation_mode", default="bilinear")
-    padding = argument(args, kwargs, 3, "padding_mode", default="zeros")
-    align_corners = bool(argument(args, kwargs, 4, "align_corners", default=False))
-    mode = _GRID_MODES[mode] if isinstance(mode, int) else mode
-    padding = ("zeros", "border", "reflection")[padding] if isinstance(padding, int) else padding
-    if mode == "nearest":  # the sample jumps, or does not move at all
+    """grid_sample and the grid_sampler ops: the slope along each grid axis times its misplacement."""
+    call = _GridCall.of(args, kwargs)
+    if call.mode == "nearest":  # the sample jumps, or does not move at all
         return torch.zeros((), dtype=torch.float64)
-    moved = COORDINATE_ROUNDINGS * (grid.abs() + 1)
+    x = call.input.detach().double()
 
     def sample(g: torch.Tensor) -> torch.Tensor:
-        return F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align_corners)
+        return F.grid_sample(x, g, mode=call.mode, padding_mode=call.padding, align_corners=call.align_corners)
 
-    return _slopes_times(sample, grid, moved)
+    return _slopes_times(sample, call.grid, COORDINATE_ROUNDINGS * (call.grid.abs() + 1))
 
 
 def grid_sample_input_terms(args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -64,13 +79,8 @@ def grid_sample_input_terms(args: Sequence[Any], kwargs: Mapping[str, Any],
     bicubic tap near a zero of the cubic), so a pixel's gradient errs by u times the sum of |g| over
     every tap that lands on it, weighted or not: that sum is its term norm. Taps out of range drop
     (zeros) or land on the nearest pixel (border; reflection is approximated by it too)."""
-    x = argument(args, kwargs, 0, "input")
-    grid = argument(args, kwargs, 1, "grid").detach().double()
-    mode = argument(args, kwargs, 2, "mode", "interpolation_mode", default="bilinear")
-    padding = argument(args, kwargs, 3, "padding_mode", default="zeros")
-    align_corners = bool(argument(args, kwargs, 4, "align_corners", default=False))
-    mode = _GRID_MODES[mode] if isinstance(mode, int) else mode
-    padding = ("zeros", "border", "reflection")[padding] if isinstance(padding, int) else padding
+    call = _GridCall.of(args, kwargs)
+    x, grid, mode, padding, align_corners = call.input, call.grid, call.mode, call.padding, call.align_corners
     spatial = tuple(x.shape[2:])
     taps = {"nearest": 1, "bilinear": 2, "bicubic": 4}[mode]
     batch, channels = x.shape[:2]
