@@ -95,10 +95,6 @@ def _trapezoid(cumulative: bool) -> AccumulationRule:
                             arguments=("y", "x"))
 
 
-# Taps per output element of each interpolation mode, per spatial dim (area: the adaptive window).
-_TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 2, "trilinear": 2, "bicubic": 4}
-
-
 @dataclass(frozen=True)
 class _Interpolation:
     """interpolate and the upsample functionals: each output is a weighted sum of the taps around its
@@ -124,7 +120,7 @@ class _Interpolation:
         windows = [-(-size // out) + bool(size % out) for size, out in zip(x.shape[2:], _resized(x, call))]
         if call["mode"] == "area":
             return math.prod(windows)
-        taps = _TAPS.get(call["mode"], 4)
+        taps = sampling_terms.TAPS.get(call["mode"], 4)
         if call.get("antialias"):  # downsampling widens the support by the ratio
             return math.prod(taps * w for w in windows)
         return taps ** len(windows)

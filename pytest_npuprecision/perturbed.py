@@ -19,6 +19,7 @@ import torch
 
 from . import sampling_terms
 from .accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS
+from .dtypes import float_format
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
 # Seeded draws, each moving every input element by a random share in [-u, u] of its own rounding,
@@ -69,7 +70,7 @@ class Jitter:
         wide = t.to(dtype)
         share = torch.rand(t.shape, generator=self.generator, dtype=torch.float64).mul_(2).sub_(1).mul_(u)
         if path in self.coordinates and not t.is_complex():
-            placed = sampling_terms.COORDINATE_ROUNDINGS * compute_roundoff(t.dtype) / u
+            placed = sampling_terms.COORDINATE_ROUNDINGS * float_format(t.dtype).accumulator.unit_roundoff / u
             return wide + share.to(wide.dtype) * (wide.abs() + placed * (wide.abs() + 1))
         if not self.normwise or t.is_complex():
             return wide * (1 + share.to(wide.real.dtype))
@@ -143,11 +144,6 @@ def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.Abst
     def pack(t: torch.Tensor) -> torch.Tensor:
         return jitter(t.detach(), t.dtype) if t.is_floating_point() or t.is_complex() else t
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-
-
-def compute_roundoff(dtype: torch.dtype) -> float:
-    """The unit roundoff a fair kernel computes in for ``dtype``: float32's for the half types."""
-    return torch.finfo(torch.promote_types(dtype, torch.float32)).eps / 2
 
 
 def roundoff(tensors: Sequence[Any], rounds_to: torch.dtype | None = None) -> float:

@@ -17,7 +17,6 @@ are compared like tensors, with a tolerance where floating.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Mapping, Sequence
 

@@ -31,6 +31,8 @@ SAMPLERS = frozenset({"grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sa
 _GRID_PATHS = frozenset({"input_args[1]", "input_kwargs['grid']"})
 _STEP = 2.0 ** -24  # of a normalized coordinate in [-1, 1]: float64 differences stay exact to ~1e-9
 _GRID_MODES = ("bilinear", "nearest", "bicubic")
+# Taps each output reads per spatial dim, by mode (interpolate's and grid_sample's names).
+TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear": 2, "trilinear": 2, "bicubic": 4}
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def grid_sample_input_terms(args: Sequence[Any], kwargs: Mapping[str, Any],
     call = _GridCall.of(args, kwargs)
     x, grid, mode, padding, align_corners = call.input, call.grid, call.mode, call.padding, call.align_corners
     spatial = tuple(x.shape[2:])
-    taps = {"nearest": 1, "bilinear": 2, "bicubic": 4}[mode]
+    taps = TAPS[mode]
     batch, channels = x.shape[:2]
     g = cotangent.detach().double().abs().to(grid.device).reshape(batch, channels, -1)
     firsts = []  # per spatial dim, each sample's first tap
@@ -119,7 +121,10 @@ def _slopes_times(sample, grid: torch.Tensor, moved: torch.Tensor) -> torch.Tens
     return total
 
 
-_SAMPLED = ("linear", "bilinear", "trilinear", "bicubic")  # interpolate's modes with a source point per output
+def _has_source_points(call: Mapping[str, Any]) -> bool:
+    """interpolate's linear and cubic modes weigh taps by their distance from one source point per
+    output; nearest jumps, and area and antialias average windows."""
+    return call["mode"] in ("linear", "bilinear", "trilinear", "bicubic") and not call.get("antialias")
 
 
 def _source_points(x: torch.Tensor, call: Mapping[str, Any], out_size: Sequence[int]) -> list[torch.Tensor]:
@@ -147,10 +152,10 @@ def interpolate_taps_norm(args: Sequence[Any], kwargs: Mapping[str, Any], call: 
     unweighted: a fair kernel computes each weight from the source point with an absolute error of a
     few u whatever the weight, so a tap errs by u |x| even where its weight is near 0 (a bicubic
     weight near a zero of the cubic). None for the other modes."""
-    if call["mode"] not in _SAMPLED or call.get("antialias"):
+    if not _has_source_points(call):
         return None
     squares = argument(args, kwargs, 0, "input").detach().double().square()
-    taps = 4 if call["mode"] == "bicubic" else 2
+    taps = TAPS[call["mode"]]
     for dim, source in enumerate(_source_points(squares, call, out_size), start=2):
         first = torch.floor(source).long() - int(taps == 4)
         last = squares.shape[dim] - 1
@@ -164,24 +169,20 @@ def interpolate_sensitivity(args: Sequence[Any], kwargs: Mapping[str, Any], call
     points (border padding, as interpolate clamps its taps), checked against interpolate itself.
     None for the modes without a source point to misplace (nearest's jump, area, antialias)."""
     mode = call["mode"]
-    if mode not in _SAMPLED or call.get("antialias"):
+    if not _has_source_points(call):
         return None
     x = argument(args, kwargs, 0, "input").detach().double()
-    spatial = x.shape[2:]
     # per spatial dim: (source points in pixels, pixels per normalized unit)
-    axes = [(source, max(size - 1, 1) / 2) for source, size in zip(_source_points(x, call, out_size), spatial)]
+    axes = [(source, max(size - 1, 1) / 2) for source, size in zip(_source_points(x, call, out_size), x.shape[2:])]
+    image = x
+    if len(axes) == 1:  # linear: a 1-pixel-high image, where y does not move the sample
+        image = x.unsqueeze(-2)
+        axes.insert(0, (torch.zeros(1, dtype=torch.float64, device=x.device), 0.5))
     # grid_sample takes (x, y[, z]): the last spatial dim first
     planes = torch.meshgrid(*[s / half - 1 for s, half in axes], indexing="ij")
-    grid = torch.stack(planes[::-1], dim=-1)
+    grid = torch.stack(planes[::-1], dim=-1).expand(x.shape[0], *planes[0].shape, len(axes)).contiguous()
     moved = torch.stack(torch.meshgrid(*[COORDINATE_ROUNDINGS * (s.abs() + 1) / half for s, half in axes],
-                                       indexing="ij")[::-1], dim=-1)
-    image = x if len(spatial) > 1 else x.unsqueeze(-2)  # linear: a 1-pixel-high image
-    grid, moved = (grid, moved) if len(spatial) > 1 else (grid.unsqueeze(0), moved.unsqueeze(0))
-    if len(spatial) == 1:  # y = 0 on a 1-pixel-high image; only x moves
-        grid = torch.cat([grid, torch.zeros_like(grid)], dim=-1)
-        moved = torch.cat([moved, torch.zeros_like(moved)], dim=-1)
-    grid = grid.expand(x.shape[0], *grid.shape).contiguous()
-    moved = moved.expand(x.shape[0], *moved.shape)
+                                       indexing="ij")[::-1], dim=-1).expand_as(grid)
     sample_mode = "bicubic" if mode == "bicubic" else "bilinear"
 
     def sample(g: torch.Tensor) -> torch.Tensor:
