@@ -447,3 +447,21 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_fusion_attention_grad": AccumulationRule(lambda a, k: sum(_fusion_attention_lengths(a, k, head_num_index=4)),
                                                   roundings=1),
 }
+
+
+# Ops whose output a fair kernel rounds once from a wider computation, with no rounded constant or
+# factor shared by many elements: their rounding-dominated errors lean neither way (Accumulation.
+# rounded_once). A norm's rounded rsqrt, a mean's 1/n or rad2deg's 180/pi lean fairly: not here.
+ROUNDED_ONCE = frozenset({
+    "matmul", "mm", "bmm", "linear", "conv1d", "conv2d", "conv3d",
+    "add", "sub", "mul", "div", "truediv",
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
+    "sin", "cos", "tanh", "sigmoid", "silu", "erf",
+})
+
+
+def rounded_once(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether op(*args, **kwargs) is one rounding: an op of ROUNDED_ONCE whose Python float arguments a
+    float32 kernel holds exactly (x * 0.1 multiplies every element by one rounded 0.1)."""
+    scalars = [v for v in (*args, *kwargs.values()) if isinstance(v, float)]
+    return op in ROUNDED_ONCE and all(float(torch.tensor(v, dtype=torch.float32)) == v for v in scalars)

@@ -11,7 +11,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from .accumulation import ACCUMULATION_RULES, AccumulationRule
+from .accumulation import ACCUMULATION_RULES, AccumulationRule, rounded_once
 from .backends import Backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
@@ -75,6 +75,8 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
 def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Accumulation:
     rule = ACCUMULATION_RULES.get(op.base_name)
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
+    if rounded_once(op.base_name, args, kwargs):
+        accumulation = replace(accumulation, rounded_once=True)
     if rule is not None and rule.shared:
         try:
             shared = rule.shared(_rule_args(op, args), kwargs) if callable(rule.shared) else rule.shared

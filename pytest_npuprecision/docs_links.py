@@ -9,7 +9,8 @@ from typing import Iterable
 
 STANDARDS_PAGE = "docs/standards.md"
 GATE_SECTION = f"{STANDARDS_PAGE}#the-infnan-gate"
-_GATE_METRIC = "nonfinite_mismatch"
+ROUNDING_SECTION = f"{STANDARDS_PAGE}#the-rounding-gate"
+_GATES = {"nonfinite_mismatch": GATE_SECTION, "rounding_bias": ROUNDING_SECTION}
 
 
 def standard_section(standard: str) -> str:
@@ -20,10 +21,11 @@ def standard_section(standard: str) -> str:
 def failure_sections(standard: str, failed_metrics: Iterable[str]) -> tuple[str, ...]:
     """The sections for a verdict by ``standard`` ('benchmark+ulp' names two) whose checks ``failed_metrics`` failed.
 
-    An inf or nan that disagrees with the golden fails before any standard judges: its section is the gate's.
+    The gates (an inf or nan that disagrees with the golden, a rounding that leans) judge beside every
+    standard: a failure of a gate alone points at the gate's section only.
     """
     failed = set(failed_metrics)
-    if failed == {_GATE_METRIC}:
-        return (GATE_SECTION,)
-    sections = tuple(standard_section(name) for name in standard.split("+"))
-    return ((GATE_SECTION,) if _GATE_METRIC in failed else ()) + sections
+    gates = tuple(section for metric, section in _GATES.items() if metric in failed)
+    if failed and failed <= _GATES.keys():
+        return gates
+    return gates + tuple(standard_section(name) for name in standard.split("+"))

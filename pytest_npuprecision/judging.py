@@ -13,7 +13,7 @@ from .dtypes import float_format, parse_dtype
 from .metrics import Accumulation, Metrics, compute_metrics, compute_metrics_each
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from .second_look import widened
-from .standards import Subject, beside_baseline, inf_nan_gate, select
+from .standards import Subject, beside_baseline, inf_nan_gate, rounding_gate, select
 from .verdict import Element, Status, Verdict, render_message
 
 
@@ -148,6 +148,9 @@ class _Judgement:
                 worst_standard = own
             checks, label = checks + own_checks, f"benchmark+{own.name}"
         if target.is_floating_point:
+            rounding = rounding_gate(metrics)
+            if rounding is not None and chosen.name != "binary":
+                checks.append(rounding)
             checks.insert(0, inf_nan_gate(metrics))
         if overflowed is not None and _only_overflow(checks, metrics):
             checks[0] = dataclasses.replace(checks[0], status=Status.OVERFLOW)

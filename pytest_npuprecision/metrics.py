@@ -42,6 +42,9 @@ class Accumulation:
     length: int = 1
     term_norm: torch.Tensor | None = None
     roundings: int = 0  # intermediate results rounded to the output dtype (fused ops, attention)
+    # The output is one rounding of a computation in a wider precision, with no rounded constant or
+    # factor shared by many elements: a fair kernel's errors there lean neither up nor toward zero.
+    rounded_once: bool = False
     sensitivity: torch.Tensor | None = None
     # Each run of ``length`` consecutive outputs is scaled by one factor a fair kernel may round to
     # the output dtype (softmax's sum, a norm's rsqrt): their errors share up to u of relative error,
@@ -122,6 +125,11 @@ class Metrics:
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.
     error_balance_noise: float | None = None
+    # Where the output is one rounding (Accumulation.rounded_once): the elements whose bound is little
+    # more than that rounding, and the share of them leaning one way, up or down, or toward or away
+    # from zero, beyond the other: a fair kernel rounds to nearest; one that truncates leans by half.
+    rounding_elements: int = 0
+    rounding_bias: float = 0.0
     reduction_length: int = 1  # terms per sum in the error bound: 1 where each element is one rounding
 
     def as_dict(self) -> dict:
@@ -325,9 +333,24 @@ _SUMS = (
     "finite", "nan_actual", "nan_golden", "inf_actual", "inf_golden", "nonfinite_mismatch",
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
-    "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias", "over_bound",
+    "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias",
+    "rounding_elements", "rounding_up", "rounding_larger", "over_bound",
     "overflow", "range_overflow",
 )
+ROUNDING_DOMINATED = 4  # bound <= 4·u·|golden|: the output's rounding and little else
+
+
+def _lean(rounding: torch.Tensor | None, signed: torch.Tensor, growth: torch.Tensor,
+          both: torch.Tensor | None) -> list[torch.Tensor]:
+    """The rounding-dominated elements finite on both sides, how many more of them sit above the golden
+    rounded to the dtype than below, and how many more lie farther from zero than nearer."""
+    if rounding is None:
+        return [signed.sum() * 0] * 3
+    if both is not None:
+        rounding = rounding & both
+    return [torch.count_nonzero(rounding), (torch.sign(signed) * rounding).sum(), (torch.sign(growth) * rounding).sum()]
+
+
 _MAXIMA = ("abs", "rel", "ulp", "bound")
 _FIRSTS = ("nonfinite", "binary", "range_overflow")
 
@@ -381,7 +404,7 @@ class _GoldenChunk:
         # relative errors only where the sum did not cancel
         self.uncancelled = None if term_norm is None else abs_g >= CANCELLED * term_norm
         self.rel_scale = abs_g.clamp(min=params.small_value)
-        self.ulp = self.bound = None
+        self.ulp = self.bound = self.rounding = None
         if fmt is None:
             return
         tiny = math.ldexp(1.0, fmt.min_exponent)
@@ -389,6 +412,9 @@ class _GoldenChunk:
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
         self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, per_scale, golden_rms, work)
+        # Where the output is one rounding of a wider computation, the elements a condition number or
+        # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
+        self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if acc.rounded_once else None
 
 
 def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work):
@@ -449,9 +475,11 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
             fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
             bias += [(torch.where(both, a - fair, 0) / bound).sum(), (torch.where(both, a.abs() - fair.abs(), 0) / bound).sum()]
+        lean = _lean(golden.rounding, signed, growth, None if all_finite else both)
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
         bias = [abs_err.sum() * 0] * 4
+        lean = [abs_err.sum() * 0] * 3
 
     n = a.numel()
     zero = torch.zeros((), dtype=torch.int64, device=device)
@@ -463,7 +491,7 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         count(small), count(small & (abs_err > params.small_value_atol)), count(signed > 0), count(signed < 0),
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
         count(((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) | (bound_ratio <= 1)) & both),
-        torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias,
+        torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
     )])
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
@@ -536,6 +564,8 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         magnitude_bound_bias=mean(min(s["sum_magnitude_bias"], s["sum_shared_magnitude_bias"], key=abs), finite),
         golden_rms=golden_rms,
         worst=worst,
+        rounding_elements=int(s["rounding_elements"]),
+        rounding_bias=mean(max(abs(s["rounding_up"]), abs(s["rounding_larger"])), s["rounding_elements"]),
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
         overflow=int(s["overflow"]),
         range_overflow=int(s["range_overflow"]),

@@ -52,6 +52,20 @@ def inf_nan_gate(m: Metrics) -> Check:
     return _check("nonfinite_mismatch", m.nonfinite_mismatch, Limit(0))
 
 
+# A kernel that truncates leans half its rounding-dominated elements one way (Metrics.rounding_bias);
+# one that rounds to nearest leans by chance alone, 1/sqrt(n) in share: 6 sigma, since rows correlate.
+ROUNDING_BIAS = Limit(0.25)
+ROUNDING_SIGMAS = 6
+
+
+def rounding_gate(m: Metrics) -> Check | None:
+    """Where the output is one rounding, its errors lean neither up nor toward zero; None elsewhere."""
+    if not m.rounding_elements:
+        return None
+    return _check("rounding_bias", m.rounding_bias,
+                  _at_least(ROUNDING_BIAS, ROUNDING_SIGMAS / math.sqrt(m.rounding_elements)))
+
+
 class Standard:
     name: str
     worst: str  # which WorstIndices field points at the decisive element

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from pytest_npuprecision import Accumulation, judge, render_message
-from pytest_npuprecision.docs_links import GATE_SECTION, STANDARDS_PAGE, failure_sections, standard_section
+from pytest_npuprecision.docs_links import (GATE_SECTION, ROUNDING_SECTION, STANDARDS_PAGE, failure_sections,
+                                           standard_section)
 from pytest_npuprecision.rules import STANDARD_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +85,7 @@ def test_the_site_builds_strictly(tmp_path):
 
 def test_every_section_a_failure_can_link_to_exists():
     page = ROOT / STANDARDS_PAGE
-    sections = {standard_section(name) for name in STANDARD_NAMES} | {GATE_SECTION}
+    sections = {standard_section(name) for name in STANDARD_NAMES} | {GATE_SECTION, ROUNDING_SECTION}
     missing = sorted(s for s in sections if s.partition("#")[2] not in anchors(page))
     assert missing == [], f"docs/standards.md has no heading for {missing}"
 
@@ -105,6 +106,11 @@ def test_a_verdict_beside_a_baseline_links_both_standards():
     assert failure_sections("benchmark+error_bound", ["rmse_ratio"]) == (
         "docs/standards.md#benchmark", "docs/standards.md#error-bound")
     assert failure_sections("ulp", ["nonfinite_mismatch", "max_ulp_err"]) == (GATE_SECTION, "docs/standards.md#ulp")
+
+
+def test_a_leaning_rounding_alone_links_its_gate_only():
+    assert failure_sections("ulp", ["rounding_bias"]) == (ROUNDING_SECTION,)
+    assert failure_sections("ulp", ["rounding_bias", "max_ulp_err"]) == (ROUNDING_SECTION, "docs/standards.md#ulp")
 
 
 def test_the_html_report_links_a_failing_case_to_its_standard():
