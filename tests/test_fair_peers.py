@@ -1,5 +1,6 @@
 """Issue 12, round 2 of its classes 3 and 4: ratios against a fair peer that measure the peer's care
-rather than the device's fault only warn where the device meets its own bound with a wide margin;
+rather than the device's fault only warn where the device meets its own bound with a wide margin (and,
+for a reduction's RMSE, where its errors show no offset);
 softmax's bound is relative however small a probability is; an op that sums nothing needs no
 reduction length from a Python caller. Each fair case has a planted defect beside it that fails."""
 
@@ -69,6 +70,37 @@ def test_a_reduction_keeps_its_rmse_ratio():
     biased = fair + 4 * torch.finfo(torch.float32).eps * golden.abs().float()
     verdict = _verdict("Torch.sum", biased, golden, (x, -1), baseline=fair)
     assert verdict.status is Status.ERROR and _status(verdict, "rmse_ratio") is Status.ERROR, render_message(verdict)
+
+
+def _sequential_sum(x: torch.Tensor) -> torch.Tensor:
+    """Each row summed one term at a time in float32: a fair order, far less careful than torch's pairwise sum."""
+    total = torch.zeros(x.shape[0])
+    for column in x.T:
+        total = total + column
+    return total
+
+
+@pytest.mark.parametrize("rows", [64, 256])
+def test_a_sum_in_another_order_only_warns_against_a_pairwise_peer(rows):
+    """Reordering a sum changes its noise, not its centre: no offset beyond chance, and the device within
+    its own bound's margin, so the RMSE ratio (5-10x) warns; the same order with a 4-eps bias still fails."""
+    x = torch.randn(rows, 2048, generator=torch.Generator().manual_seed(rows))
+    golden, pairwise, sequential = x.double().sum(-1), x.sum(-1), _sequential_sum(x)
+    verdict = _verdict("Torch.sum", sequential, golden, (x, -1), baseline=pairwise)
+    rmse = next(c for c in verdict.checks if c.metric == "rmse_ratio")
+    assert rmse.value > 2 and rmse.status is Status.WARNING, render_message(verdict)
+    assert verdict.status is Status.WARNING, render_message(verdict)
+    biased = sequential + 4 * torch.finfo(torch.float32).eps * golden.abs().float()
+    verdict = _verdict("Torch.sum", biased, golden, (x, -1), baseline=pairwise)
+    assert verdict.status is Status.ERROR and _status(verdict, "rmse_ratio") is Status.ERROR, render_message(verdict)
+
+
+def test_few_sums_cannot_show_an_offset_and_keep_the_rmse_ratio():
+    """16 row sums say too little of a bias to excuse a ratio of 4-9x: the peer pair still fails there."""
+    x = torch.randn(16, 8192, generator=torch.Generator().manual_seed(5))
+    golden = x.double().sum(-1)
+    verdict = _verdict("Torch.sum", _sequential_sum(x), golden, (x, -1), baseline=x.sum(-1))
+    assert _status(verdict, "rmse_ratio") is Status.ERROR, render_message(verdict)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # float16's 1e-9 is no normal number

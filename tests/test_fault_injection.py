@@ -64,11 +64,12 @@ RUNS: dict[str, tuple[list[Planted], tuple[str, ...]]] = {
         planted("Tensor.__truediv__", 'Fault("noise", 16)', "ulp", "max_ulp_err", "mean_ulp_err"),
         planted("Functional.linear", 'Fault("sign_flip")', "thousandth", "thousandth_ratio"),
     ], ("--npu-precision-rules", "rules.yaml")),
-    # Against a baseline the ratios judge next to the op's own standard. layer_norm's noise stays
-    # within the error bound's fair error: only the baseline's own error exposes it, in the RMSE.
+    # Against a baseline the ratios judge next to the op's own standard. A bias of 4 eps stays within
+    # the error bound's fair error: only the baseline's own error exposes it, in the RMSE. (Unbiased
+    # noise that small only warns there: a fair kernel summing in another order errs as much.)
     "benchmark against a live cpu baseline": ([
         planted("Functional.linear", 'Fault("bias", 4)', BESIDE, "rmse_ratio"),
-        planted("Functional.layer_norm", 'Fault("noise", 4)', BESIDE, "rmse_ratio"),
+        planted("Functional.layer_norm", 'Fault("bias", 4)', BESIDE, "rmse_ratio"),
         planted("Functional.gelu", 'Fault("low_precision", dtype=torch.float16)', BESIDE, "max_scaled_err_ratio"),
         planted("Torch.bmm", 'Fault("bias", 4, backward=True)', BESIDE, "rmse_ratio"),
     ], ("--npu-precision-baseline", "cpu")),

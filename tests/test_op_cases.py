@@ -252,9 +252,9 @@ def test_a_live_baseline_judges_op_cases_beside_their_own_standard(tmp_path):
 
     case = OpCase("mm", "Torch.matmul", (torch.float32,), "cases.yaml",
                   inputs=(TensorSpec(shape=(16, 256)), TensorSpec(shape=(256, 16))))
-    noisy = FaultyBackend({"Torch.matmul": Fault("noise", 4)})  # within the error bound's fair error
-    assert check_case(case, torch.float32, settings(tmp_path, device=noisy)).passed
-    with_baseline = settings(tmp_path, device=noisy, baseline=Backend("cpu"))
+    biased = FaultyBackend({"Torch.matmul": Fault("bias", 4)})  # within the error bound's fair error
+    assert check_case(case, torch.float32, settings(tmp_path, device=biased)).passed
+    with_baseline = settings(tmp_path, device=biased, baseline=Backend("cpu"))
     outcome = check_case(case, torch.float32, with_baseline)
     assert not outcome.passed
     [output] = outcome.result.outputs

@@ -66,9 +66,21 @@ def test_defect_fails_without_a_baseline(spec, dtype, defect, second_look):
     assert verdict.status is Status.ERROR, render_message(verdict)
 
 
+def _unbiased_within_reordering(spec: OpSpec, defect: str, dtype: torch.dtype) -> bool:
+    """Noise under a float32 sum of thousands of terms: no offset, and within the device's own bound
+    with the floors' margin, as a fair kernel that sums in another order errs against a pairwise one."""
+    k = spec.reduction(spec.inputs())
+    return defect == "noise_64_ulp" and dtype == torch.float32 and spec.name in ("matmul", "sum", "mean") and k >= 4096
+
+
 @pytest.mark.parametrize("spec, dtype, defect", list(_cases(with_blind_spots=True)))
 def test_defect_fails_against_a_fair_baseline(spec, dtype, defect):
     verdict = _judge(spec, dtype, defect, baseline=True)
+    if _unbiased_within_reordering(spec, dtype=dtype, defect=defect):
+        # Not silent: the RMSE ratio warns (--npu-precision-strict-warnings fails it).
+        assert verdict.status is Status.WARNING, render_message(verdict)
+        assert {c.metric for c in verdict.failures} == {"rmse_ratio"}
+        return
     assert verdict.status is Status.ERROR, render_message(verdict)
 
 
