@@ -345,7 +345,7 @@ def _lean(rounding: torch.Tensor | None, signed: torch.Tensor, growth: torch.Ten
     """The rounding-dominated elements finite on both sides, how many more of them sit above the golden
     rounded to the dtype than below, and how many more lie farther from zero than nearer."""
     if rounding is None:
-        return [signed.sum() * 0] * 3
+        return [signed.new_zeros(())] * 3
     if both is not None:
         rounding = rounding & both
     return [torch.count_nonzero(rounding), (torch.sign(signed) * rounding).sum(), (torch.sign(growth) * rounding).sum()]
@@ -478,8 +478,8 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         lean = _lean(golden.rounding, signed, growth, None if all_finite else both)
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
-        bias = [abs_err.sum() * 0] * 4
-        lean = [abs_err.sum() * 0] * 3
+        bias = [abs_err.new_zeros(())] * 4
+        lean = [abs_err.new_zeros(())] * 3
 
     n = a.numel()
     zero = torch.zeros((), dtype=torch.int64, device=device)
