@@ -21,7 +21,8 @@ import torch
 
 from pytest_npuprecision import perturbed
 from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import find_dump_files, load_dump
+from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.dump_paths import find_dump_files
 
 
 def case_seconds(roots: list[Path], settings: Settings) -> tuple[dict[str, float], set[str]]:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .config_files import ConfigError, load_json, validate
-from .metrics import Metrics
+
+if TYPE_CHECKING:  # the reports write a record file where torch was never imported
+    from .metrics import Metrics
 
 FORMAT = "pytest-npuprecision record"
 VERSION = 1

@@ -18,7 +18,7 @@ from .arguments import DescriptorError, DumpDataError, materialize
 from .allowlist import unsafe_argument
 from .autocast import dtype_differences, inferred_autocast, recorded_dtypes
 from .backends import Backend, DumpedOutputs, load_backend
-from .budget import case_bytes, format_size
+from .budget import case_bytes
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
 from .dump_entries import EntryUnreadable
@@ -31,6 +31,7 @@ from .ops import choose_namesake, resolve
 from .recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
 from .rules import Rules
 from .runner import OpExecutionError, RunOutput, golden_runs, run_call
+from .sizes import format_size
 from .verdict import Status, Verdict
 
 

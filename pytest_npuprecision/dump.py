@@ -1,7 +1,6 @@
-"""Finding msprobe dumps and turning each API call in them into a case record.
+"""Turning each API call of an msprobe dump.json into a case record (dump_paths.py finds the files).
 
-A dump root holds ``step<N>/rank<R>/dump.json`` (or ``proc<PID>`` without a rank). Every
-``data`` entry becomes one ``DumpCase``, in file order, which is execution order. An entry that
+Every ``data`` entry becomes one ``DumpCase``, in file order, which is execution order. An entry that
 cannot be re-run still becomes a case, with a ``SkipReason`` and a message naming its key, so a
 bad entry never hides the rest of the dump. Nothing here loads tensors.
 """
@@ -30,15 +29,13 @@ from .arguments import (
     require_rebuildable,
 )
 from .dump_entries import MAX_ENTRY_BYTES, Entry, LoadedEntry, read_dump
+from .dump_paths import DATA_DIR_NAME, dump_location
 from .random_ops import random_reason
 
-DATA_DIR_NAME = "dump_tensor_data"
 _API_KEY = re.compile(
     r"(?P<prefix>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)"
 )
 _MODULE_KEY = re.compile(r"Module\.(?P<name>.+)\.(?P<direction>forward|backward|parameters_grad)\.(?P<index>\d+)")
-_STEP_DIR = re.compile(r"step(\d+)")
-_RANK_DIR = re.compile(r"(rank|proc)(\d*)")
 _UNSUPPORTED_PREFIXES = frozenset({"Distributed", "MindSpeed", "VF"})
 
 
@@ -130,58 +127,6 @@ class DumpFile:
     error: str | None = None
 
 
-@dataclass(frozen=True)
-class DumpSource:
-    """One dump.json found under a path given on the command line, and its place there."""
-
-    path: Path
-    label: str  # the case-id prefix: "mlp_tensor/step0/rank0" under examples/dumps, "step0/rank0" for one dump
-
-
-def find_dump_files(path: Path | str) -> list[Path]:
-    """Every dump.json at or under ``path``, in natural order (step2 before step10)."""
-    return [source.path for source in find_dumps(path)]
-
-
-def find_dumps(path: Path | str) -> list[DumpSource]:
-    """Every dump.json at or under ``path`` with its label, in natural order (step2 before step10).
-
-    Symbolic links to folders are not followed, so a link out of the dump or a loop inside it adds
-    nothing; a dump.json that is itself a link out of ``path`` is found here and refused by load_dump.
-    """
-    path = Path(path)
-    if path.is_file():
-        return [DumpSource(path, _label(Path(), path))]
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"dump path {str(path)!r} does not exist; pass a dump.json or a folder that contains one"
-        )
-    found = []
-    for root, dirs, files in os.walk(path):  # followlinks=False: links to folders are not entered
-        dirs[:] = [d for d in dirs if d != DATA_DIR_NAME]  # thousands of tensor files, never a dump.json
-        if "dump.json" in files:
-            found.append(Path(root) / "dump.json")
-    found.sort(key=lambda p: _natural_key(p.relative_to(path)))
-    return [DumpSource(p, _label(p.parent.relative_to(path), p)) for p in found]
-
-
-def _label(relative: Path, path: Path) -> str:
-    """The folders between the given path and the dump, with the dump's step and rank always in."""
-    location = _location(path)[3]
-    tail = [part for part in location.split("/") if part]
-    head = list(relative.parts)
-    while head and tail and head[-1] in tail:
-        head.pop()
-    return "/".join(head + tail)
-
-
-def _natural_key(relative: Path) -> tuple:
-    return tuple(
-        tuple(int(chunk) if chunk.isdigit() else chunk for chunk in re.split(r"(\d+)", part))
-        for part in relative.parts
-    )
-
-
 def load_dump(path: Path | str, label: str | None = None, root: Path | str | None = None) -> DumpFile:
     """Read one dump.json into a ``DumpFile``; a file that is not a dump gives ``error``, never raises.
 
@@ -208,7 +153,7 @@ def without_cyclic_gc() -> Iterator[None]:
 
 
 def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFile:
-    step, rank, pid, location = _location(path)
+    step, rank, pid, location = dump_location(path)
     label = location if label is None else label
     empty = dict(path=path, data_dir=path.parent / DATA_DIR_NAME, step=step, rank=rank, pid=pid, location=label)
     problem = _unreadable(path, root)
@@ -257,23 +202,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _location(path: Path) -> tuple[int | None, int | None, int | None, str]:
-    folder = path.parent
-    step = rank = pid = None
-    parts: list[str] = []
-    match = _RANK_DIR.fullmatch(folder.name)
-    if match:
-        parts.append(folder.name)
-        number = int(match[2]) if match[2] else None
-        rank, pid = (number, None) if match[1] == "rank" else (None, number)
-        folder = folder.parent
-    match = _STEP_DIR.fullmatch(folder.name)
-    if match:
-        parts.insert(0, folder.name)
-        step = int(match[1])
-    return step, rank, pid, "/".join(parts)
 
 
 # ---------------------------------------------------------------- cases

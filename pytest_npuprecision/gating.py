@@ -45,8 +45,12 @@ def collected_case_ids(config: pytest.Config) -> set[str]:
 Expected = Mapping[str, "type[BaseException] | tuple[type[BaseException], ...]"]
 
 
-def configure(config: pytest.Config, expected: Expected) -> None:
-    """Check the gating options and register the known-failures gate when a file is given."""
+def configure(config: pytest.Config, expected: Expected | None = None) -> None:
+    """Check the gating options and register the known-failures gate when a file is given.
+
+    expected: the exception each accepted status raises, for the strict xfail marks of the items; the
+    xdist controller, which collects no item, gives none.
+    """
     path = config.getoption("npu_precision_known_failures")
     update = config.getoption("npu_precision_update_known_failures")
     if path is None:
@@ -59,7 +63,7 @@ def configure(config: pytest.Config, expected: Expected) -> None:
         entries = {} if update and not path.exists() else known_failures.load(path)
     except known_failures.KnownFailuresError as exc:
         raise pytest.UsageError(f"--npu-precision-known-failures: {exc}") from None
-    gate = KnownFailureGate(config, path, entries, expected)
+    gate = KnownFailureGate(config, path, entries, expected or {})
     config.stash[GATE] = gate
     config.pluginmanager.register(gate, "npu-precision-known-failures")
 

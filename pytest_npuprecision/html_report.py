@@ -15,7 +15,7 @@ from typing import Iterable
 
 from . import svg_plots
 from .docs_links import failure_sections
-from .verdict import METRIC_MEANINGS, meaning
+from .metric_meanings import METRIC_MEANINGS, meaning
 from .summary import (ALL_CHECKS, STATUS_ORDER, check_excess, counts, failing_statuses, first_failing, is_failing,
                       known_outcome, number, op_name, times_limit, worst_check, worst_text)
 

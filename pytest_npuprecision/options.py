@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .sizes import parse_size
+
 # Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
 VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
                     "npu_precision_rules": None}
@@ -75,8 +77,6 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def memory_size(text: str) -> int:
-    from .budget import parse_size  # given only where a run checks dumps: the import is paid then
-
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -125,3 +125,14 @@ def is_case_file(file_path: Path, config: pytest.Config) -> bool:
             return True
     patterns = config.getoption("npu_precision_cases") or DEFAULT_CASE_PATTERNS
     return any(fnmatch.fnmatch(file_path.name, pattern) for pattern in patterns)
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
+    """Whether pytest-xdist's workers run this session's tests, so that this process collects and runs none.
+
+    xdist's own test (xdist/plugin.py), read before xdist registers its session: its pytest_configure
+    runs last. A worker has ``workerinput``; ``--co`` collects here and distributes nothing.
+    """
+    option = config.option
+    return (not hasattr(config, "workerinput") and not option.collectonly
+            and getattr(option, "dist", "no") != "no" and bool(getattr(option, "tx", None)))

@@ -1,8 +1,9 @@
 """The pytest entry point: options and markers, and nothing heavier than pytest until the plugin is in play.
 
 Every pytest run in an environment where the plugin is installed loads this module. The rest of the
-pytest layer (active.py, with torch, the dump cases, op cases, Hypothesis and the reports) is
-registered only when the run checks a dump, collects an op case, or asks for a report or a gate.
+pytest layer is registered only when the run checks a dump, collects an op case, or asks for a
+report or a gate: active.py (the reports and the gate, without torch) and, where this process runs
+cases, collecting.py (torch, the dump cases, op cases and Hypothesis).
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def activate(config: pytest.Config) -> ModuleType:
-    """Register the pytest layer that needs torch, once; pytest runs its pytest_configure on registering."""
+    """Register the plugin's pytest layer, once; pytest runs its pytest_configure on registering."""
     from . import active
 
     if not config.pluginmanager.has_plugin(_ACTIVE):
         config.pluginmanager.register(active, _ACTIVE)
     return active
+
+
+def collecting(config: pytest.Config) -> ModuleType:
+    """The layer that collects and runs cases, in a process that collects (never the xdist controller)."""
+    return activate(config).collecting_layer(config)
 
 
 @pytest.fixture
@@ -62,14 +68,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if is_case_file(file_path, parent.config):
-        return activate(parent.config).op_case_file(file_path, parent)
+        return collecting(parent.config).op_case_file(file_path, parent)
     return None
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """A Python op case (``precision_case``) puts the plugin in play before it runs."""
     if getattr(getattr(item, "obj", None), "npu_precision_case", None) is not None:
-        activate(item.config).op_cases_in_play(item.config)
+        collecting(item.config).op_cases_in_play(item.config)
 
 
 class _Controller:
@@ -93,7 +99,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         path = Path(arg.partition("::")[0])
         if not (path.is_dir() or path.name == "dump.json"):
             continue
-        from .dump import find_dumps
+        from .dump_paths import find_dumps
 
         found = len(find_dumps(path))
         if found:

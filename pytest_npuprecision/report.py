@@ -1,32 +1,28 @@
-"""Case records, and the reports made of them: JSON Lines, msprobe-compatible CSV, HTML, terminal summary.
+"""The reports made of case records (records.py): JSON Lines, msprobe-compatible CSV, HTML, terminal summary.
 
 Records are plain JSON-able dicts with English keys, so that pytest-xdist can carry them from the
 workers to the controller, which alone writes the files, judges stale known failures and rewrites
-the known-failures file.
+the known-failures file. Nothing here imports torch: the controller never does (run_facts.py).
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import platform
 import time
 import zlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from . import __version__, threads
-from .backends import DumpedOutputs
+from . import __version__, run_facts, threads
 from .baseline import write_record
-from .cases import CaseResult, Settings
-from .dump import DumpCase
 from .docs_links import failure_sections
 from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
-from .summary import (ALL_CHECKS, counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
+from .records import new_record
+from .summary import (counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
                       times_limit, worst_check, worst_text)
 
 # msprobe's details columns, in its order (its headers are Chinese; users' scripts read them).
@@ -38,83 +34,6 @@ DETAILS_COLUMNS = (
 )
 RESULT_COLUMNS = ("API name", "Forward Test Success", "Backward Test Success", "Message")
 _BLANK = " "  # msprobe writes a single space for an empty cell
-
-
-RECORD = pytest.StashKey[dict]()  # an item's case record, carried to the controller on its call report
-
-
-def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, order: int, location: str,
-               source: str, seed: int | None, device: str, golden: str, baseline: str = "none",
-               status: str = "harness-error", message: str = "") -> dict[str, Any]:
-    """A case record before its outcome: who the case is and what it runs on.
-
-    kind: "dump" for a dumped API call, "op_case" for a YAML or Python op case. The status starts as
-    harness-error, so a case that dies of an unexpected exception is still reported as one.
-    """
-    return {
-        "kind": kind, "case_id": case_id, "key": key, "api": api, "direction": direction, "order": order,
-        "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
-        "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
-        "message": message, "seconds": None, "op_seconds": None, "outputs": [], "guesses": [],
-        "dtype_differences": [],
-    }
-
-
-def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None = None, status: str = "",
-                message: str = "", reason: str = "", framework: str | None = None) -> dict[str, Any]:
-    """framework: the dump's, named where the device's side is the dump itself (offline checks)."""
-    location, _, _ = case.case_id.rpartition("::")
-    device = settings.device.name
-    if isinstance(settings.device, DumpedOutputs):
-        device = f"{device} (results recorded by {framework or 'an unnamed framework'} in {case.source.name})"
-    record = new_record(kind="dump", case_id=case.case_id, key=case.key, api=case.api, direction=case.direction,
-                        order=case.order, location=location, source=str(case.source), seed=case.seed,
-                        device=device, golden=settings.golden_label, baseline=settings.baseline_label,
-                        status=status, message=message)
-    record["reason"] = reason
-    if result is not None:
-        record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
-                      notes=list(result.notes), baseline_state=result.baseline, guesses=list(result.guesses),
-                      dtype_differences=list(result.dtype_differences),
-                      fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
-                      outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs])
-    return record
-
-
-def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
-    return {
-        "name": name, "status": verdict.status.value, "standard": verdict.standard, "dtype": verdict.dtype,
-        "shape": list(verdict.shape),
-        "checks": [{"metric": c.metric, "value": c.value, "limit": c.limit, "status": c.status.value,
-                    "upper": c.upper, "warning": c.warning, "baseline": c.baseline} for c in verdict.checks],
-        "metrics": verdict.metrics.as_dict(),
-        "worst": None if verdict.worst is None else {"index": list(verdict.worst.index), "actual": verdict.worst.actual,
-                                                      "golden": verdict.worst.golden},
-        "profile": None if profile is None else profile.as_dict(),
-        # What the second look excused, where it turned a failure into a pass (second_look.py).
-        "excused": None if verdict.excused is None else dataclasses.asdict(verdict.excused),
-    }
-
-
-def junit_properties(record: dict) -> list[tuple[str, str]]:
-    """A case's status and key metrics, as JUnit XML properties."""
-    props = [("npu_precision_case_id", record["case_id"]), ("npu_precision_status", record["status"]),
-             ("npu_precision_device", record["device"]), ("npu_precision_golden", record["golden"]),
-             ("npu_precision_baseline", record["baseline"]), ("npu_precision_seed", str(record["seed"]))]
-    if record["outputs"]:
-        props += [("npu_precision_standard", ",".join(sorted({o["standard"] for o in record["outputs"]}))),
-                  ("npu_precision_dtype", ",".join(sorted({o["dtype"] for o in record["outputs"]})))]
-    worst = worst_check(record, ALL_CHECKS)
-    if worst is not None:
-        name, check = worst
-        props += [("npu_precision_worst_output", name), ("npu_precision_worst_metric", check["metric"]),
-                  ("npu_precision_worst_value", repr(check["value"])),
-                  ("npu_precision_worst_limit", repr(check["limit"]))]
-    if "known_failure" in record:
-        props.append(("npu_precision_known_failure", record["known_failure"]["outcome"]))
-    if record["seconds"] is not None:
-        props.append(("npu_precision_seconds", f"{record['seconds']:.6f}"))
-    return props
 
 
 def write_jsonl(records: list[dict], path: Path) -> None:
@@ -188,6 +107,7 @@ class Collector:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.records: list[dict] = []
+        self.lost: list[tuple[str, str]] = []  # (node id, why) of dump cases whose worker died
         self.written: list[Path] = []
         self.strict_warnings: bool = config.getoption("npu_precision_strict_warnings")
         self.recorded: int | None = None  # cases written to --npu-precision-record
@@ -202,26 +122,27 @@ class Collector:
             self.records.append(json.loads(text))
         elif report.failed and report.when not in ("setup", "call", "teardown"):
             # xdist's report of a worker that died inside a case (a segfault, os._exit, the OOM killer).
-            record = self._lost_case(report.nodeid, str(report.longrepr))
-            if record is not None:
-                self.records.append(record)
+            root, _, case_id = report.nodeid.partition("::")
+            if root in {Path(d).as_posix() for d in self.config.getoption("npu_precision")} and "::" in case_id:
+                # A dump case (DumpRoot's node id is the path as given, in posix form). Its record is made
+                # at the end, when the workers have said what they ran on.
+                self.lost.append((report.nodeid, str(report.longrepr)))
 
-    def _lost_case(self, nodeid: str, why: str) -> dict | None:
+    def _lost_case(self, nodeid: str, why: str, facts: run_facts.RunFacts) -> dict:
         """A harness-error record for a dump case whose process died: every report still lists it."""
         root, _, case_id = nodeid.partition("::")
-        if root not in {Path(d).as_posix() for d in self.config.getoption("npu_precision")} or "::" not in case_id:
-            return None  # not a dump case (DumpRoot's node id is the path as given, in posix form)
         location, _, key = case_id.rpartition("::")
         api, _, direction = key.rpartition(".")
-        settings = self._settings()
-        record = new_record(kind="dump", case_id=case_id, key=key, api=api, direction=direction, order=-1,
-                            location=location, source=root, seed=zlib.crc32(case_id.encode()),
-                            device=settings.device.name, golden=settings.golden_label,
-                            baseline=settings.baseline_label,
-                            message=f"the process running this case died ({why}); rerun it alone to see why")
-        return record
+        return new_record(kind="dump", case_id=case_id, key=key, api=api, direction=direction, order=-1,
+                          location=location, source=root, seed=zlib.crc32(case_id.encode()),
+                          device=facts.device_name, golden=facts.golden_label, baseline=facts.baseline_label,
+                          message=f"the process running this case died ({why}); rerun it alone to see why")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.lost:
+            facts = run_facts.for_reports(self.config)
+            self.records += [self._lost_case(nodeid, why, facts) for nodeid, why in self.lost]
+            self.lost.clear()
         records = sorted(self.records, key=lambda r: (r["location"], r["order"], r["case_id"]))
         gate = self.gate
         if gate is not None:
@@ -245,21 +166,16 @@ class Collector:
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _settings(self) -> Settings:
-        from .settings import settings_for  # the run's backends, made once from the options
-
-        return settings_for(self.config)
-
     def _write_run(self, path: Path) -> None:
         """The header line in full: device, golden and baseline with their versions and settings."""
         run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
-               "machine": platform.machine(), **self._settings().describe(),
+               "machine": platform.machine(), **run_facts.for_reports(self.config).described,
                "torch_threads": threads.for_run(self.config).as_dict()}
         path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     def _write_record(self, path: Path, records: list[dict]) -> None:
-        settings = self._settings()
-        self.recorded = write_record(path, settings.device.info().as_dict(), settings.golden_label, records)
+        facts = run_facts.for_reports(self.config)
+        self.recorded = write_record(path, facts.described["device"], facts.golden_label, records)
         self.written.append(path)
 
     def _gating(self) -> Gating:

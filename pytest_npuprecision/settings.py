@@ -2,6 +2,8 @@
 
 Dump cases, op cases and the reports all take their Settings from here, so every part of a run
 judges with the same backends and tables, and a bad option is one usage error that names it.
+The backends (and torch) are imported when the settings are made, not with this module: the xdist
+controller reads the options without them (run_facts.py).
 """
 
 from __future__ import annotations
@@ -9,21 +11,24 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .backends import Backend, BackendError, load_backend
-from .baseline import BaselineFileError, RecordedBaseline
-from .budget import default_budget
-from .cases import Settings
 from .options import VERDICT_DEFAULTS
-from .rules import Rules
 
-_SETTINGS = pytest.StashKey[Settings]()
+if TYPE_CHECKING:
+    from .backends import Backend
+    from .baseline import RecordedBaseline
+    from .cases import Settings
+
+_SETTINGS = pytest.StashKey["Settings"]()
 
 
 def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
     """The backend an option names; a bad value is a usage error that names the option."""
+    from .backends import BackendError, load_backend
+
     value = config.getoption(option)
     try:
         return load_backend(value, role, allow_tf32=config.getoption("npu_precision_allow_tf32"),
@@ -33,6 +38,8 @@ def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
 
 
 def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
+    from .baseline import BaselineFileError, RecordedBaseline
+
     value = config.getoption("npu_precision_baseline")
     if value == "none":
         return None
@@ -50,6 +57,10 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None
 def settings_for(config: pytest.Config) -> Settings:
     """The device, golden, baseline and rules of this run, made once from the options."""
     if _SETTINGS not in config.stash:
+        from .budget import default_budget
+        from .cases import Settings
+        from .rules import Rules
+
         rules = Rules.default()
         if config.getoption("npu_precision_rules"):
             try:

@@ -16,5 +16,5 @@ if torch.distributed.is_available():
 
 # The same for the plugin's own modules: an in-process run that first imports settings.py would leave
 # the next run a fresh Backend class, and settings made by one would fail isinstance in the other.
-for _module in ("active", "opcases.plugin", "settings"):
+for _module in ("collecting", "opcases.plugin", "settings"):
     importlib.import_module(f"pytest_npuprecision.{_module}")

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from pytest_npuprecision.dump import SkipReason, find_dump_files, load_dump
+from pytest_npuprecision.dump import SkipReason, load_dump
+from pytest_npuprecision.dump_paths import find_dump_files
 
 from fixtures import DUMP_FOLDERS, FIXTURES, fixture_dump, needs_dumps
 

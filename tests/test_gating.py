@@ -222,7 +222,7 @@ def test_warnings_show_in_the_summary_and_fail_only_when_strict(pytester):
 
 
 def test_harness_errors_fail_the_run_and_are_counted(pytester, monkeypatch):
-    import pytest_npuprecision.active as plugin
+    import pytest_npuprecision.collecting as plugin
 
     real = plugin.run_case
 

@@ -72,7 +72,7 @@ def test_a_torch_npu_that_fails_to_import_is_a_usage_error_naming_it_and_the_fix
 ADAPTER_CHECKS = r"""
 import json, os, torch
 from pytest_npuprecision.backends import BackendError, auto_backend, load_backend
-from pytest_npuprecision.active import run_header
+from pytest_npuprecision.run_facts import RunFacts
 from pytest_npuprecision.cases import Settings
 
 def env(**values):
@@ -100,7 +100,7 @@ del calls[:]
 chosen = load_backend("npu:1")
 out["chosen"] = [chosen.name, str(chosen.device), list(calls), torch.npu.current_device()]
 out["info"] = chosen.info().as_dict()
-out["header"] = run_header(Settings(device=chosen))
+out["header"] = RunFacts.of(Settings(device=chosen)).header()
 with chosen.running(1234):
     out["inside"] = [torch.are_deterministic_algorithms_enabled(), torch_npu.npu.standin_seeds[-1]]
 out["after"] = torch.are_deterministic_algorithms_enabled()

@@ -1,6 +1,6 @@
 """The pytest layer of op cases: YAML files' items and the ``precision_case`` decorator.
 
-pytest_npuprecision.active calls configure and makes OpCaseFile for the files options.is_case_file
+pytest_npuprecision.collecting calls configure and makes OpCaseFile for the files options.is_case_file
 picks; everything that decides anything lives in the core modules beside this one.
 """
 
@@ -16,7 +16,7 @@ import torch
 from ..backends import Backend
 from ..cases import baseline_label, golden_label
 from ..gating import GATE, KnownFailureRegression
-from ..report import RECORD, new_record, output_record
+from ..records import RECORD, new_record, output_record
 from ..verdict import Status
 from .failures import OpCaseFailure, OpCaseUsageError
 from .message import render_outcome

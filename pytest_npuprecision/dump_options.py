@@ -1,0 +1,62 @@
+"""The --npu-precision paths of a run: checked once at configure time, on every process (the xdist
+controller included, so that a bad path is one usage error before any worker starts), and kept for
+the collection of the processes that run cases. Paths only: no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .dump_paths import DumpSource, find_dumps
+
+_DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
+
+
+def check_dumps(config: pytest.Config) -> bool:
+    """Find the dumps under each path and keep them; False when the run names no dump."""
+    dumps = config.getoption("npu_precision")
+    if not dumps:
+        return False
+    dumps = list(dict.fromkeys(dumps))  # a path given twice is run once
+    config.stash[_DUMPS] = _found_dumps(dumps)
+    _refuse_dump_configuration(config, dumps)
+    return True
+
+
+def found_dumps(config: pytest.Config) -> list[tuple[str, list[DumpSource]]]:
+    """Each --npu-precision path with the dumps under it, as check_dumps found them (none if it did not run)."""
+    return config.stash.get(_DUMPS, [])
+
+
+def _refuse_dump_configuration(config: pytest.Config, dumps: list[str]) -> None:
+    """pytest looks for its ini file from every word it cannot place, ours included, so a pytest.ini or
+    tox.ini inside a dump could configure the run. Refuse it; the one-word spelling avoids it."""
+    inipath = config.inipath
+    for dump in dumps:
+        root = Path(dump).resolve()
+        if inipath is not None and (inipath.resolve() == root or root in inipath.resolve().parents):
+            raise pytest.UsageError(f"pytest took its configuration from {inipath}, inside the dump {dump!r}: a dump "
+                                    f"must not configure the run. Write the option as one word, "
+                                    f"--npu-precision={dump}, or give your own with -c")
+
+
+def _found_dumps(dumps: list[str]) -> list[tuple[str, list[DumpSource]]]:
+    """Each --npu-precision path with the dumps under it; a path without one, or ids that collide, is a usage error."""
+    found, owner = [], {}
+    for dump in dumps:
+        try:
+            sources = find_dumps(dump)
+        except FileNotFoundError:
+            raise pytest.UsageError(f"--npu-precision {dump!r} does not exist: give a dump.json or a dump folder") from None
+        if not sources:
+            raise pytest.UsageError(f"--npu-precision {dump!r} holds no dump.json: give a dump.json, or a rank, step "
+                                    f"or dump root folder written by msprobe")
+        for source in sources:
+            other = owner.setdefault(source.label, dump)
+            if other != dump:
+                raise pytest.UsageError(f"--npu-precision {other!r} and {dump!r} both hold a dump labelled "
+                                        f"{source.label!r}, so their case ids would collide: give their common "
+                                        f"parent folder once instead")
+        found.append((dump, sources))
+    return found

@@ -1,0 +1,36 @@
+"""What each metric measures, in one line: for failure messages and the HTML report's legend. Plain text,
+so that the reports can be written where torch was never imported."""
+
+from __future__ import annotations
+
+METRIC_MEANINGS = {
+    "nonfinite_mismatch": "elements whose inf or nan disagrees with the golden",
+    "binary_mismatch": "elements not bit-equal to the golden rounded to the dtype",
+    "rel_err_ratio": "share of elements whose relative error is past rtol",
+    "small_value_err_ratio": "share of near-zero elements whose absolute error is past the small-value atol",
+    "max_ulp_err": "largest error in units of the last place of the dtype",
+    "mean_ulp_err": "mean error in units of the last place",
+    "ulp_over_ratio": "share of elements more than the ulp threshold off",
+    "thousandth_ratio": "share of elements within 0.1% of the golden",
+    "max_bound_ratio": "largest error over the element's error bound, what a fair kernel may err there",
+    "mean_bound_ratio": "mean error over the error bound",
+    "bound_bias": "mean signed error over the bound: an offset hidden under a loose bound",
+    "magnitude_bound_bias": "mean growth of |actual| over |golden|, over the bound: scaling or truncation",
+    "rounding_bias": "share of elements rounded one way beyond the other (up or down, toward or away "
+                     "from zero): a wrong rounding mode",
+    "mean_residual_ratio": "mean error left once each row's common offset and scale are taken out, "
+                           "over the per-element bound: noise",
+    "rmse_ratio": "RMSE of the device over that of the baseline",
+    "max_scaled_err_ratio": "largest error over its error bound, the device's over the baseline's",
+    "mean_scaled_err_ratio": "mean error over its error bound, the device's over the baseline's",
+    "small_value_err_ratio_ratio": "near-zero errors of the device over the baseline's",
+    "error_balance_ratio": "one-sidedness of the device's errors over the baseline's",
+}
+
+
+def meaning(metric: str) -> str:
+    """'max_bound_ratio' -> its one-line meaning; ratios against a baseline fall back to their base metric."""
+    if metric in METRIC_MEANINGS:
+        return METRIC_MEANINGS[metric]
+    base = metric.removesuffix("_ratio")
+    return f"{METRIC_MEANINGS[base]}, device over baseline" if base in METRIC_MEANINGS else ""
