@@ -21,7 +21,7 @@ from .dump_options import found_dumps
 from .dump_paths import DumpSource
 from .gating import KnownFailureRegression
 from .opcases.failures import OpCaseFailure, OpCaseUsageError
-from .records import RECORD, case_record, junit_properties, new_record
+from .records import RECORD, carried, case_record, junit_properties, new_record
 from .settings import rerun_command, settings_for
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
@@ -214,7 +214,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if gate is not None:
             gate.annotate(record, report)
         # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
-        report.npu_precision = json.dumps(record)
+        report.npu_precision = json.dumps(carried(record, item.config))
         report.npu_overflow = record["status"] == "overflow"
         # JUnit XML takes these from the teardown report, which copies the item's properties; without
         # it they would only lengthen every report that xdist serializes.

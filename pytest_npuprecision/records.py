@@ -96,3 +96,21 @@ def junit_properties(record: dict) -> list[tuple[str, str]]:
     if record["seconds"] is not None:
         props.append(("npu_precision_seconds", f"{record['seconds']:.6f}"))
     return props
+
+
+# Options that write or judge every record whole on the controller; without them it prints the summary alone.
+_WHOLE_RECORDS = ("npu_precision_report", "npu_precision_html", "npu_precision_record", "npu_precision_known_failures")
+_COUNTED_ONLY = ("pass", "skip")  # statuses the summary only counts, with their outputs' standards
+
+
+def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
+    """What of a record its report carries to the controller (or a serial run's Collector): all of it
+    where a report or the gate needs it or the summary names the case, else what the summary counts.
+    Most cases of a large run pass, and a whole record costs a JSON encoding on the worker, a decoding
+    on the controller and the bytes between them."""
+    if (any(config.getoption(name) for name in _WHOLE_RECORDS) or record["status"] not in _COUNTED_ONLY
+            or record.get("baseline_state") == "missing" or any(o.get("excused") for o in record["outputs"])):
+        return record
+    return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
+            "status": record["status"],
+            "outputs": [{"standard": o["standard"], "status": o["status"]} for o in record["outputs"]]}

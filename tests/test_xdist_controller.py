@@ -88,3 +88,43 @@ def test_an_option_only_loading_can_check_is_a_usage_error_before_any_worker_sta
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --npu-precision-device: *no_such_backend*"])
     assert "node down" not in result.stdout.str() + result.stderr.str()
+
+
+class _Payloads:
+    """The case records as the reports carry them to the controller."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+
+    def pytest_runtest_logreport(self, report):
+        if getattr(report, "npu_precision", None):
+            self.records.append(json.loads(report.npu_precision))
+
+
+def _summary(result) -> list[str]:
+    lines = result.stdout.lines
+    start = lines.index(next(line for line in lines if "npu-precision summary" in line)) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("=")), len(lines))
+    return [line for line in lines[start:end] if not line.startswith("report written:")]
+
+
+def test_passing_cases_travel_as_counts_unless_a_report_needs_them_whole(pytester):
+    pytester.makefile(".yaml", rules="ops:\n  linear: {limits: {error_bound: {max_bound_ratio: 0.05}}}\n")
+    common = ["--npu-precision", str(fixture_dump("mlp_tensor")), "--npu-precision-device", "cpu",
+              "--npu-precision-rules", "rules.yaml", "-p", "no:cacheprovider"]
+    whole, slim = _Payloads(), _Payloads()
+    reported = pytester.runpytest(*common, "--npu-precision-report", "report", plugins=[whole])
+    summarized = pytester.runpytest(*common, plugins=[slim])
+    assert reported.ret == summarized.ret == 1
+    assert _summary(summarized) == _summary(reported)
+    assert {r["status"] for r in slim.records} == {"pass", "error"}
+    by_id = {r["case_id"]: r for r in whole.records}
+    timings = ("seconds", "op_seconds")
+    for record in slim.records:
+        if record["status"] == "error":
+            assert sorted(record) == sorted(by_id[record["case_id"]])
+            assert all(record[key] == by_id[record["case_id"]][key] for key in record if key not in timings)
+        else:
+            assert sorted(record) == ["case_id", "location", "order", "outputs", "status"]
+            assert record["outputs"] == [{"standard": o["standard"], "status": o["status"]}
+                                         for o in by_id[record["case_id"]]["outputs"]]
