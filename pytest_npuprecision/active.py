@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from . import gating, run_facts
+from . import gating, idle_hypothesis, run_facts
 from .dump_options import check_dumps, found_dumps
 from .options import is_xdist_controller
 from .report import Collector
@@ -59,6 +59,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return [run_facts.options_header(config)] if found_dumps(config) else None
     note = run_facts.fallback_note(config, facts)
     return [facts.header()] + ([note] if note else [])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    idle_hypothesis.skip_idle_summary(session.config)  # a dump run never runs Hypothesis
 
 
 @pytest.hookimpl(optionalhook=True)

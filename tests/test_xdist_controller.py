@@ -14,9 +14,8 @@ from fixtures import fixture_dump
 from pytest_npuprecision.backends import auto_backend
 from pytest_npuprecision.cases import Settings
 
-# Writes what the controller has imported once its reports are written, and again as it ends.
-# Hypothesis's own pytest plugin imports Hypothesis in its terminal summary of every run, after
-# sessionfinish; so the last look is for torch alone.
+# Writes what the controller has imported once its reports are written, and again after its summary
+# (where Hypothesis's own plugin would import Hypothesis: idle_hypothesis.py).
 PROBE = '''
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ def pytest_sessionfinish(session):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     if not hasattr(config, "workerinput"):
-        Path("at_exit.txt").write_text(_heavy("torch"))
+        Path("at_exit.txt").write_text(_heavy("torch", "hypothesis"))
 '''
 
 
