@@ -4,8 +4,10 @@ A statistics dump keeps only dtype, shape, Max, Min, Mean and Norm of each tenso
 regenerates inputs uniformly on [Min, Max], turns a tensor with one NaN into an all-NaN tensor
 and overflows wide fp16 ranges. Here instead:
 
-* floats are a normal with the dumped Mean and the std implied by Norm (std² = Norm²/n − Mean²),
-  clipped to [Min, Max] and re-standardized, with Min and Max present as elements;
+* floats have the dumped Mean and the std implied by Norm (std² = Norm²/n − Mean²), with Min and
+  Max present as elements: a normal clipped to [Min, Max] and re-standardized where the range
+  leaves it room or a bound of zero may pile up (relu), else a Beta of the range or a skewed
+  log-normal tail, so that no nonzero value is repeated by construction;
 * a non-finite Max/Min/Mean/Norm puts only a few NaN / ±inf elements in a finite tensor;
 * values are made in float64, clamped to the dtype's finite range, and only then cast;
 * a small table of op roles keeps indices, class targets, masks and probabilities valid.
@@ -20,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -241,6 +244,8 @@ def _bulk(count: int, n: int, pinned: list[float], fit, lo: float, hi: float, ge
     if target is None:  # no usable Mean/Norm: the range is all we know
         return torch.rand(count, generator=gen, dtype=torch.float64) * (hi - lo) + lo
     mean, std = target
+    if std > 0 and min(mean - lo, hi - mean) < NORMAL_CLEARANCE * std and not _piles_at_zero(mean, lo, hi):
+        return _bounded(count, mean, std, lo, hi, gen)
     values = torch.randn(count, generator=gen, dtype=torch.float64) * std + mean
     # Clipping to [lo, hi] moves the mean and shrinks the spread; re-standardize a few times.
     for _ in range(8):
@@ -248,6 +253,49 @@ def _bulk(count: int, n: int, pinned: list[float], fit, lo: float, hi: float, ge
         spread = values.std(correction=0)
         values = (values - values.mean()) * (std / spread) + mean if spread > 0 else values - values.mean() + mean
     return values.clamp_(lo, hi)
+
+
+# A normal whose mean is this many stds inside both bounds loses under 0.2 % of its mass to clipping.
+NORMAL_CLEARANCE = 3.0
+
+
+# A Beta shape parameter below this puts whole percents of the range's elements within a float's
+# resolution of that bound (P(x < eps) ~ eps^alpha): copies of the bound again.
+BETA_POLE = 0.5
+
+
+def _piles_at_zero(mean: float, lo: float, hi: float) -> bool:
+    """A bound of zero nearer the mean than the other: relu, a mask, a clamp. Those tensors do hold
+    many exact zeros, and zeros add exactly, so a pile there is both faithful and harmless."""
+    return (lo == 0 and mean - lo <= hi - mean) or (hi == 0 and hi - mean <= mean - lo)
+
+
+def _bounded(count: int, mean: float, std: float, lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
+    """Values in [lo, hi] with this mean and std where a clipped normal would pile many elements at a
+    bound: copies of one value that every sum then rounds alike, so that even a fair kernel's errors
+    lean one way. Where no bound is a strong pole, the range's Beta of these moments (uniform-like ranges);
+    else a log-normal tail away from the pole's side, what gradients and activations with rare
+    large values look like. Either is continuous: no two elements share a value by construction."""
+    width = hi - lo
+    centre, spread = (mean - lo) / width, (std / width) ** 2
+    common = centre * (1 - centre) / spread - 1  # > 0 below the Bhatia–Davis limit
+    alpha, beta = centre * common, (1 - centre) * common
+    if min(alpha, beta) >= BETA_POLE:
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
+        return torch.from_numpy(lo + width * rng.beta(alpha, beta, count))
+    # A log-normal tail from the pole's bound, with the mean's offset from there and the std; the far
+    # bound clips its longest values, so refit the two a few times on the same draws.
+    side, pole = (1.0, lo) if alpha < beta else (-1.0, hi)
+    normal = torch.randn(count, generator=gen, dtype=torch.float64)
+    offset, spread, values = abs(mean - pole), std, None
+    for _ in range(8):
+        sigma2 = math.log1p((spread / offset) ** 2)
+        values = (pole + side * torch.exp(normal * math.sqrt(sigma2) + math.log(offset) - sigma2 / 2)).clamp_(lo, hi)
+        got_offset, got_std = abs(values.mean().item() - pole), values.std(correction=0).item()
+        if not (got_offset > 0 and got_std > 0):
+            break
+        offset, spread = offset * abs(mean - pole) / got_offset, spread * std / got_std
+    return values
 
 
 def _bulk_moments(count: int, n: int, pinned: list[float], mean: float | None, norm: float | None,

@@ -1,5 +1,6 @@
 """Statistics-mode tensor synthesis: dtype, shape, extremes, moments, non-finite values, roles."""
 
+import json
 import math
 
 import pytest
@@ -53,6 +54,45 @@ def test_relu_like_statistics_pile_up_at_the_lower_bound():
     t = synthesize(spec(shape=(8, 32), max=1.571, min=0.0, mean=0.3, norm=0.55 * 16), 5)
     assert t.min().item() == 0.0 and (t == 0).sum() > 10
     assert t.double().mean().item() == pytest.approx(0.3, rel=0.05)
+
+
+def _most_repeated(t) -> float:
+    """The largest share of the elements that hold one and the same value."""
+    _, counts = t.unique(return_counts=True)
+    return counts.max().item() / t.numel()
+
+
+def test_a_skewed_gradient_is_a_tail_not_a_pile_at_its_min():
+    # A real float32 layer_norm output gradient (128 x 256): mean ~0, Min -1e-4, rare values up to 8e-3.
+    # A clipped normal put 81 % of the elements on Min: copies that a fair sequential sum rounds alike.
+    n = 128 * 256
+    t = synthesize(spec(shape=(128, 256), max=0.00816343817859888, min=-0.00010305716568836942,
+                        mean=3.069544618483633e-10, norm=0.09113411605358124), 1)
+    top, bottom, got_mean, got_norm = moments(t)
+    assert (top, bottom) == (0.00816343817859888, -0.00010305716568836942)
+    assert _most_repeated(t) < 0.01
+    std = math.sqrt(0.09113411605358124**2 / n)
+    assert abs(got_mean) < 0.01 * std
+    assert got_norm == pytest.approx(0.09113411605358124, rel=0.1)
+
+
+def test_a_uniform_initialized_weight_is_uniform_not_piled_at_both_ends():
+    # Linear's default init: U(-1/sqrt(32), 1/sqrt(32)), so its std is the range's over sqrt(12).
+    bound = 1 / math.sqrt(32)
+    std = 2 * bound / math.sqrt(12)
+    t = synthesize(spec(shape=(32, 32), max=bound, min=-bound, mean=0.0, norm=std * 32), 2)
+    assert _most_repeated(t) < 0.01
+    assert t.double().std(correction=0).item() == pytest.approx(std, rel=0.05)
+    thirds = torch.histc(t.double(), bins=3, min=-bound, max=bound)
+    assert thirds.min() > 0.25 * t.numel()  # as flat as a uniform, not a bell
+
+
+@pytest.mark.parametrize("low", [0.0, -1.0])
+def test_only_a_bound_of_zero_keeps_its_pile(low):
+    # relu's zeros are real and add exactly; a pile on a nonzero Min would be invented copies.
+    mean, std = low + 0.2, 0.4
+    t = synthesize(spec(shape=(4096,), max=low + 3.0, min=low, mean=mean, norm=math.sqrt(4096 * (std**2 + mean**2))), 4)
+    assert (_most_repeated(t) > 0.2) == (low == 0.0)
 
 
 def test_same_seed_same_tensor_and_other_seed_other_tensor():
@@ -224,3 +264,49 @@ def test_mask_role_on_a_uint8_mask_gives_zeros_and_ones():
 def test_positive_role_keeps_zero_only_as_the_dumped_min():
     t = synthesize(spec(shape=(1000,), max=2.0, min=0.0, mean=0.1, norm=5.0), 0, role=Role(RoleKind.POSITIVE))
     assert (t == 0).sum().item() == 1 and t.min().item() == 0.0
+
+
+def _stats(shape, top, bottom, mean, norm, requires_grad=False):
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(shape), "Max": top, "Min": bottom,
+            "Mean": mean, "Norm": norm, "requires_grad": requires_grad}
+
+
+# One layer_norm of a transformer block's float32 training step, as `capture(task="statistics")` wrote it.
+LAYER_NORM_STEP = {
+    "Functional.layer_norm.114.forward": {
+        "input_args": [_stats((128, 256), 141.40126037597656, -182.7802276611328, -0.02042210102081299,
+                              9742.833984375, True),
+                       [{"type": "int", "value": 256}], _stats((256,), 1.0, 1.0, 1.0, 16.0, True),
+                       _stats((256,), 0.0, 0.0, 0.0, 0.0, True), {"type": "float", "value": 1e-05}],
+        "input_kwargs": {},
+        "output": [_stats((128, 256), 2.630725860595703, -3.391324758529663, 1.210719347000122e-08, 181.0193634033203)]},
+    "Functional.layer_norm.114.backward": {
+        "input": [_stats((128, 256), 0.00816343817859888, -0.00010305716568836942, 3.069544618483633e-10,
+                         0.09113411605358124)],
+        "output": [_stats((128, 256), 0.00014810144784860313, -4.680505753640318e-06, -1.4210854715202004e-14,
+                          0.0016734035452827811),
+                   _stats((256,), 2.6243159770965576, -0.018187861889600754, 0.009839056991040707, 2.6257452964782715),
+                   _stats((256,), 1.026877522468567, -0.009695508517324924, 3.882450982928276e-08, 1.031009316444397)]},
+}
+
+
+def test_a_fair_sequential_bias_gradient_passes_on_synthesized_inputs(tmp_path):
+    # With one thread torch sums the bias gradient row after row; over 104 copies of Min in each column
+    # every addition rounded alike and the fair kernel's bound_bias reached 0.34 > 0.3 (7 of 60 blocks).
+    from pytest_npuprecision.cases import Settings, run_case
+    from pytest_npuprecision.dump import load_dump
+
+    folder = tmp_path / "step0" / "rank0"
+    folder.mkdir(parents=True)
+    (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                                  "dump_data_dir": None, "data": LAYER_NORM_STEP}))
+    dump = load_dump(folder / "dump.json")
+    backward = next(case for case in dump.cases if case.direction == "backward")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = run_case(backward, dump.data_dir, Settings(device=torch.device("cpu")))
+    finally:
+        torch.set_num_threads(threads)
+    assert {out.name: out.verdict.status.value for out in result.outputs} == {
+        "grad.input_args[0]": "pass", "grad.input_args[2]": "pass", "grad.input_args[3]": "pass"}
