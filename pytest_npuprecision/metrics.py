@@ -104,7 +104,7 @@ class Metrics:
     rel_err_ratio: float  # share of normal values with relative error > rtol
     small_value_err_ratio: float  # share of small values with absolute error > small_value_atol
     error_balance: float  # (#above - #below) / #finite against the golden rounded to the dtype
-    magnitude_balance: float  # (#larger - #smaller in magnitude) / #finite: relative bias, truncation
+    magnitude_balance: float  # (#larger - #smaller in magnitude) / #finite, where |golden| > bound: truncation
     max_ulp_err: float
     mean_ulp_err: float
     ulp_over_ratio: float
@@ -113,7 +113,7 @@ class Metrics:
     max_bound_ratio: float  # error divided by the error bound of the computation
     mean_bound_ratio: float
     bound_bias: float  # mean of (actual - golden) / bound: an offset hidden under a loose bound
-    magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound: scaling, truncation
+    magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound, 0 where |golden| <= bound: scaling
     golden_rms: float
     worst: WorstIndices
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
@@ -404,7 +404,7 @@ class _GoldenChunk:
         # relative errors only where the sum did not cancel
         self.uncancelled = None if term_norm is None else abs_g >= CANCELLED * term_norm
         self.rel_scale = abs_g.clamp(min=params.small_value)
-        self.ulp = self.bound = self.rounding = None
+        self.ulp = self.bound = self.rounding = self.settled = None
         if fmt is None:
             return
         tiny = math.ldexp(1.0, fmt.min_exponent)
@@ -412,6 +412,10 @@ class _GoldenChunk:
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
         per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
         self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, per_scale, golden_rms, work)
+        # Where the golden lies within its bound of zero (a sum that cancelled: a conv's bias gradient
+        # ahead of a batch norm) any error makes |actual| larger: that says nothing of a scaling, so
+        # growth in magnitude counts only where the golden's sign is settled.
+        self.settled = abs_g > self.bound
         # Where the output is one rounding of a wider computation, the elements a condition number or
         # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
         self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if acc.rounded_once else None
@@ -468,13 +472,14 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         bound = golden.bound
         bound_ratio = abs_err / bound
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
-        growth = a.abs() - g_round.abs() if all_finite else torch.where(both, a.abs() - g_round.abs(), 0)
+        growth = torch.where(golden.settled if all_finite else both & golden.settled, a.abs() - g_round.abs(), 0)
         bias = [(signed / bound).sum(), (growth / bound).sum()]
         if shift is None:
             bias += bias
         else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
             fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
-            bias += [(torch.where(both, a - fair, 0) / bound).sum(), (torch.where(both, a.abs() - fair.abs(), 0) / bound).sum()]
+            bias += [(torch.where(both, a - fair, 0) / bound).sum(),
+                     (torch.where(both & golden.settled, a.abs() - fair.abs(), 0) / bound).sum()]
         lean = _lean(golden.rounding, signed, growth, None if all_finite else both)
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
