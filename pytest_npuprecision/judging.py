@@ -148,8 +148,8 @@ class _Judgement:
                 worst_standard = own
             checks, label = checks + own_checks, f"benchmark+{own.name}"
         if target.is_floating_point:
-            rounding = rounding_gate(metrics)
-            if rounding is not None and chosen.name != "binary":
+            rounding = rounding_gate(metrics) if chosen.name != "binary" else None
+            if rounding is not None:
                 checks.append(rounding)
             checks.insert(0, inf_nan_gate(metrics))
         if overflowed is not None and _only_overflow(checks, metrics):

@@ -472,14 +472,15 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         bound = golden.bound
         bound_ratio = abs_err / bound
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
-        growth = torch.where(golden.settled if all_finite else both & golden.settled, a.abs() - g_round.abs(), 0)
+        settled = golden.settled if all_finite else both & golden.settled
+        growth = torch.where(settled, a.abs() - g_round.abs(), 0)
         bias = [(signed / bound).sum(), (growth / bound).sum()]
         if shift is None:
             bias += bias
         else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
             fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
             bias += [(torch.where(both, a - fair, 0) / bound).sum(),
-                     (torch.where(both & golden.settled, a.abs() - fair.abs(), 0) / bound).sum()]
+                     (torch.where(settled, a.abs() - fair.abs(), 0) / bound).sum()]
         lean = _lean(golden.rounding, signed, growth, None if all_finite else both)
     else:
         ulp_err = bound_ratio = signed = growth = abs_err

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from pytest_npuprecision.arguments import TensorSpec
+from pytest_npuprecision.cases import Settings, run_case
+from pytest_npuprecision.dump import load_dump
 from pytest_npuprecision.synthesis import ROLE_TABLE, Role, RoleKind, role_for, synthesize
 
 INF = math.inf
@@ -293,9 +295,6 @@ LAYER_NORM_STEP = {
 def test_a_fair_sequential_bias_gradient_passes_on_synthesized_inputs(tmp_path):
     # With one thread torch sums the bias gradient row after row; over 104 copies of Min in each column
     # every addition rounded alike and the fair kernel's bound_bias reached 0.34 > 0.3 (7 of 60 blocks).
-    from pytest_npuprecision.cases import Settings, run_case
-    from pytest_npuprecision.dump import load_dump
-
     folder = tmp_path / "step0" / "rank0"
     folder.mkdir(parents=True)
     (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
