@@ -16,6 +16,7 @@ import torch
 
 from . import attention_terms, composite_terms, norm_terms, sampling_terms, softmax_terms
 from .call_arguments import argument
+from .dtypes import float_format
 
 
 def _input(args, kwargs) -> torch.Tensor:
@@ -266,6 +267,9 @@ class AccumulationRule:
     # with a shared factor, (weight, bias) broadcastable to the output: Accumulation.shared_offset and
     # shared_origin (a norm's affine parameters, through which its row-common errors reach the output)
     shared_affine: Callable[[Sequence[Any], Mapping[str, Any]], tuple[Any, Any]] | None = None
+    # each sum's outputs err together without sharing a factor (Accumulation.correlated): a prefix
+    # sum's run, a batch norm's channel (its rounded mean and rsqrt); implied by ``shared``
+    correlated: bool = False
 
     @property
     def reduces(self) -> bool:
@@ -289,7 +293,7 @@ def _centring(op: str) -> AccumulationRule:
               "instance_norm": lambda a, k: math.prod(_input(a, k).shape[2:])}[op]
     return AccumulationRule(length, term_norm=lambda a, k: norm_terms.forward_terms(op, a, k),
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
-                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm",
+                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm", correlated=True,
                             shared_affine=lambda a, k: norm_terms.affine(op, a, k))
 
 
@@ -377,7 +381,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "conv_transpose1d": _CONV_TRANSPOSE, "conv_transpose2d": _CONV_TRANSPOSE, "conv_transpose3d": _CONV_TRANSPOSE,
     "sum": _SUM,
     "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
-    "cumsum": AccumulationRule(_cumsum_length, squared=True),
+    "cumsum": AccumulationRule(_cumsum_length, squared=True, correlated=True),
     "trapezoid": _trapezoid(cumulative=False), "trapz": _trapezoid(cumulative=False),
     "cumulative_trapezoid": _trapezoid(cumulative=True),
     "norm": _NORM, "vector_norm": _NORM,
@@ -460,8 +464,27 @@ ROUNDED_ONCE = frozenset({
 })
 
 
+# Ops that fair kernels compute in float32 for float16 and bfloat16 inputs and round once to that
+# dtype. Their float32 steps (a rounded sum, an rsqrt, erf) move the exact result by a float32 ulp,
+# 2^-13 of a half-precision one, so the output's one rounding still decides which way each element
+# goes. Where rows share a factor that a kernel may round in the half type, each row leans its own
+# way: the gate counts rows as its samples (Metrics.rounding_bias_noise). Under autocast some return
+# float32 (softmax, layer_norm): Accumulation.rounded_once_in_half holds for half outputs only.
+ROUNDED_ONCE_IN_HALF = frozenset({
+    "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
+    "scaled_dot_product_attention", "sum", "mean",
+})
+
+
 def rounded_once(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     """Whether op(*args, **kwargs) is one rounding: an op of ROUNDED_ONCE whose Python float arguments a
     float32 kernel holds exactly (x * 0.1 multiplies every element by one rounded 0.1)."""
     scalars = [v for v in (*args, *kwargs.values()) if isinstance(v, float)]
     return op in ROUNDED_ONCE and all(float(torch.tensor(v, dtype=torch.float32)) == v for v in scalars)
+
+
+def rounded_once_in_half(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether op(*args, **kwargs) is an op of ROUNDED_ONCE_IN_HALF on a half-precision input."""
+    first = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()),
+                 None)
+    return op in ROUNDED_ONCE_IN_HALF and first is not None and float_format(first.dtype).computed_wider

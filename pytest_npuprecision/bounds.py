@@ -11,7 +11,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from .accumulation import ACCUMULATION_RULES, AccumulationRule, rounded_once
+from .accumulation import ACCUMULATION_RULES, AccumulationRule, rounded_once, rounded_once_in_half
 from .backends import Backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
@@ -77,6 +77,10 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Ac
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
     if rounded_once(op.base_name, args, kwargs):
         accumulation = replace(accumulation, rounded_once=True)
+    elif rounded_once_in_half(op.base_name, args, kwargs):
+        accumulation = replace(accumulation, rounded_once_in_half=True)
+    if rule is not None and (rule.correlated or rule.shared is not False):
+        accumulation = replace(accumulation, correlated=True)
     if rule is not None and rule.shared:
         try:
             shared = rule.shared(_rule_args(op, args), kwargs) if callable(rule.shared) else rule.shared

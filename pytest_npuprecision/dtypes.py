@@ -50,9 +50,14 @@ class FloatFormat:
         return math.ldexp(1.0, self.min_exponent - self.mantissa_bits)
 
     @property
+    def computed_wider(self) -> bool:
+        """Whether careful kernels compute in a wider type (float32) and round results to this one."""
+        return self.mantissa_bits < 23
+
+    @property
     def accumulator(self) -> "FloatFormat":
         """The accumulator a careful kernel uses: float32 for every narrower type."""
-        return self if self.mantissa_bits >= 23 else float_format(torch.float32)
+        return float_format(torch.float32) if self.computed_wider else self
 
 
 @lru_cache(maxsize=None)

@@ -45,6 +45,9 @@ class Accumulation:
     # The output is one rounding of a computation in a wider precision, with no rounded constant or
     # factor shared by many elements: a fair kernel's errors there lean neither up nor toward zero.
     rounded_once: bool = False
+    # The same where the output is float16 or bfloat16 only: ops a fair kernel computes in float32
+    # for those types (accumulation.ROUNDED_ONCE_IN_HALF), and may return in float32 under autocast.
+    rounded_once_in_half: bool = False
     sensitivity: torch.Tensor | None = None
     # Each run of ``length`` consecutive outputs is scaled by one factor a fair kernel may round to
     # the output dtype (softmax's sum, a norm's rsqrt): their errors share up to u of relative error,
@@ -56,6 +59,9 @@ class Accumulation:
     # error once the row's best such pair is taken out is judged on the elementwise bound alone.
     shared_offset: torch.Tensor | None = None
     shared_origin: torch.Tensor | None = None
+    # The outputs of one sum err together (rows that share a factor, wherever they lie; a prefix
+    # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.
+    correlated: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,11 @@ class Metrics:
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.
     error_balance_noise: float | None = None
+    # With a shared factor and a rounding gate: the standard error of rounding_bias with rows as the
+    # samples (a factor the kernel rounds in the output dtype leans its whole row); None elsewhere.
+    rounding_bias_noise: float | None = None
+    # Where outputs err in groups (Accumulation.correlated): how many groups; None: every element.
+    bias_samples: int | None = None
     # Where the output is one rounding (Accumulation.rounded_once): the elements whose bound is little
     # more than that rounding, and the share of them leaning one way, up or down, or toward or away
     # from zero, beyond the other: a fair kernel rounds to nearest; one that truncates leans by half.
@@ -209,14 +220,16 @@ def compute_metrics_each(
         for flat, shift, total in zip(flats, shifts, totals):
             total.add(*_chunk_partials(flat[start:stop], shared_golden, None if shift is None else shift[start:stop],
                                        start, fmt, params))
-    if shifts[0] is None:
-        return [replace(_combine(total, a, golden_rms), reduction_length=acc.length)
+    groups = max(numel // acc.length, 1) if acc.correlated else None
+    combined = [replace(_combine(total, a, golden_rms), reduction_length=acc.length, bias_samples=groups)
                 for total, a in zip(totals, actuals)]
+    if shifts[0] is None:
+        return combined
     rows = [_row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, work)
             for flat in flats]
-    return [replace(_combine(total, a, golden_rms), reduction_length=acc.length, mean_residual_ratio=residual,
-                    error_balance_noise=balance_noise)
-            for total, a, (residual, balance_noise) in zip(totals, actuals, rows)]
+    return [replace(m, mean_residual_ratio=row.residual, error_balance_noise=row.balance_noise,
+                    rounding_bias_noise=row.lean_noise)
+            for m, row in zip(combined, rows)]
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
@@ -240,10 +253,17 @@ def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.
 RESIDUAL_ROUNDINGS = 2
 
 
+@dataclass(frozen=True)
+class _Rows:
+    residual: float
+    balance_noise: float
+    lean_noise: float | None
+
+
 def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
-                    golden_rms: float, work) -> tuple[float, float]:
-    """Over rows that share a rounded factor, in one pass: the mean residual ratio and the standard
-    error of the error balance.
+                    golden_rms: float, work) -> _Rows:
+    """Over rows that share a rounded factor, in one pass: the mean residual ratio, the standard
+    error of the error balance and, where the output is one rounding, of the rounding lean.
 
     The residual is the mean error over the elementwise bound once each row's common error is taken out.
 
@@ -257,7 +277,8 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
     The balance's standard error is the spread of the rows' own balances over sqrt(rows): a fair
     float32 softmax's row leans to its factor's side (+-0.5 from row to row), a kernel that
     truncates leans the same way in every row; the first is noise, the second a bias. One row says
-    nothing of which it is: 1/3 (the balance is never judged).
+    nothing of which it is: 1/3 (the balance is never judged). The rounding lean's standard error is
+    the cluster-robust one, rows as the clusters, of the share that rounding_bias takes.
     """
     device = flat_a.device
     rows = flat_a.numel() // acc.length
@@ -266,6 +287,9 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
     offset = _flat_term_norm(acc.shared_offset, shape, device, work)
     origin = _flat_term_norm(acc.shared_origin, shape, device, work)
     per_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
+    once = acc.rounded_once or (acc.rounded_once_in_half and fmt.computed_wider)
+    full_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
+    leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
     total, count = 0.0, 0
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
         part = slice(start, start + rows_per_chunk * acc.length)
@@ -289,8 +313,36 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
         signs = torch.where(signed, torch.sign(a - g_round), 0)
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
+        if once:  # the elements GoldenChunk.rounding picks, counted per row
+            dominated = _error_bound(abs_g, term, moved, fmt, full_scale, golden_rms, work) <= \
+                ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
+            dominated &= signed
+            growth = torch.where(abs_g > 0, torch.sign(a.abs() - g_round.abs()), 0)
+            leans[first:first + a.shape[0]] = torch.stack(
+                [dominated.sum(-1), (signs * dominated).sum(-1), (growth * dominated).sum(-1)], -1).to(work)
     residual = total / count if count else 0.0
-    return residual, (float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3)
+    return _Rows(residual, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
+                 _clustered_noise(leans) if once else None)
+
+
+# Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
+# rounded factors happen to lean alike look like one truncating kernel.
+LEAN_ROWS = 16
+
+
+def _clustered_noise(leans: torch.Tensor) -> float:
+    """The larger standard error of the two shares of rounding_bias (up, larger), rows as clusters:
+    sqrt(sum over rows of (row's sum - share * row's count)^2) / total count. Too few rows: 1/3,
+    which no lean exceeds by 6 sigma."""
+    counts = leans[:, 0]
+    total = float(counts.sum())
+    if total == 0 or int((counts > 0).sum()) < LEAN_ROWS:
+        return 1 / 3
+    worst = 0.0
+    for sums in (leans[:, 1], leans[:, 2]):
+        share = float(sums.sum()) / total
+        worst = max(worst, math.sqrt(float(((sums - share * counts) ** 2).sum())) / total)
+    return worst
 
 
 def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -418,7 +470,8 @@ class _GoldenChunk:
         self.settled = abs_g > self.bound
         # Where the output is one rounding of a wider computation, the elements a condition number or
         # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
-        self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if acc.rounded_once else None
+        once = acc.rounded_once or (acc.rounded_once_in_half and fmt.computed_wider)
+        self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if once else None
 
 
 def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work):

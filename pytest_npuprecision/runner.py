@@ -322,7 +322,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         if not forward_acc:
             forward_acc.append(forward_accumulation(golden_op, args, kwargs, golden_side, notes))
         # A norm's rows share their factor in its result, not in the statistics it also returns.
-        return forward_acc[0] if name == "output.0" else replace(forward_acc[0], shared=False)
+        return forward_acc[0] if name == "output.0" else replace(forward_acc[0], shared=False, correlated=False)
 
     expected = dict(gold.outputs)
     if recorded is not None:  # the dump keeps tensor files only: a golden result it lacks is not compared

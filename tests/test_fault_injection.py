@@ -66,10 +66,11 @@ RUNS: dict[str, tuple[list[Planted], tuple[str, ...]]] = {
     ], ("--npu-precision-rules", "rules.yaml")),
     # Against a baseline the ratios judge next to the op's own standard. A bias of 4 eps stays within
     # the error bound's fair error: only the baseline's own error exposes it, in the RMSE. (Unbiased
-    # noise that small only warns there: a fair kernel summing in another order errs as much.)
+    # noise that small only warns there: a fair kernel summing in another order errs as much. So does
+    # a 4-eps bias of layer_norm: its rows err together, and this dump's few rows leave chance wide.)
     "benchmark against a live cpu baseline": ([
         planted("Functional.linear", 'Fault("bias", 4)', BESIDE, "rmse_ratio"),
-        planted("Functional.layer_norm", 'Fault("bias", 4)', BESIDE, "rmse_ratio"),
+        planted("Functional.layer_norm", 'Fault("bias", 16)', BESIDE, "rmse_ratio"),
         planted("Functional.gelu", 'Fault("low_precision", dtype=torch.float16)', BESIDE, "max_scaled_err_ratio"),
         planted("Torch.bmm", 'Fault("bias", 4, backward=True)', BESIDE, "rmse_ratio"),
     ], ("--npu-precision-baseline", "cpu")),
