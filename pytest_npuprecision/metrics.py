@@ -63,6 +63,14 @@ class Accumulation:
     # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.
     correlated: bool = False
 
+    def one_rounding(self, fmt: FloatFormat) -> bool:
+        """Whether an output in ``fmt`` is one rounding of a wider computation."""
+        return self.rounded_once or (self.rounded_once_in_half and fmt.computed_wider)
+
+    def per_scale(self, fmt: FloatFormat) -> float:
+        """The error bound's multiple of each element's scale: r·u + sqrt(K)·u_acc (see ErrorBound)."""
+        return self.roundings * fmt.unit_roundoff + math.sqrt(self.length) * fmt.accumulator.unit_roundoff
+
 
 @dataclass(frozen=True)
 class MetricParams:
@@ -286,9 +294,8 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
     rows_per_chunk = max(1, _MAX_CHUNK // acc.length)
     offset = _flat_term_norm(acc.shared_offset, shape, device, work)
     origin = _flat_term_norm(acc.shared_origin, shape, device, work)
-    per_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
-    once = acc.rounded_once or (acc.rounded_once_in_half and fmt.computed_wider)
-    full_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
+    residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
+    once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
     total, count = 0.0, 0
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
@@ -304,7 +311,7 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
         abs_g = torch.where(finite, g.abs(), 0)
-        bound = _error_bound(abs_g, term, moved, fmt, per_scale, golden_rms, work)
+        bound = _error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work)
         total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
         count += int(finite.sum())
         # signs against the golden as the dtype holds it, as error_balance counts them
@@ -314,7 +321,7 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
         if once:  # the elements GoldenChunk.rounding picks, counted per row
-            dominated = _error_bound(abs_g, term, moved, fmt, full_scale, golden_rms, work) <= \
+            dominated = _error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work) <= \
                 ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
             dominated &= signed
             growth = torch.where(abs_g > 0, torch.sign(a.abs() - g_round.abs()), 0)
@@ -462,15 +469,14 @@ class _GoldenChunk:
         tiny = math.ldexp(1.0, fmt.min_exponent)
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        per_scale = acc.roundings * fmt.unit_roundoff + math.sqrt(acc.length) * fmt.accumulator.unit_roundoff
-        self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, per_scale, golden_rms, work)
+        self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, acc.per_scale(fmt), golden_rms, work)
         # Where the golden lies within its bound of zero (a sum that cancelled: a conv's bias gradient
         # ahead of a batch norm) any error makes |actual| larger: that says nothing of a scaling, so
         # growth in magnitude counts only where the golden's sign is settled.
         self.settled = abs_g > self.bound
         # Where the output is one rounding of a wider computation, the elements a condition number or
         # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
-        once = acc.rounded_once or (acc.rounded_once_in_half and fmt.computed_wider)
+        once = acc.one_rounding(fmt)
         self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if once else None
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.defect_kernels import toward_zero
 from pytest_npuprecision import Status, judge, render_message
 from pytest_npuprecision.accumulation import rounded_once_in_half
 from pytest_npuprecision.metrics import LEAN_ROWS
@@ -21,45 +22,29 @@ def _x(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-def _rms_norm(x, d=1024):
-    return F.rms_norm(x, (d,), torch.ones(d, dtype=x.dtype) * 0.75, 1e-6)
-
-
-# op name as a dump names it, the torch callable (x -> output) and its float32 input
+# op name as a dump names it: the torch callable, its float32 input x, and the call's (args, kwargs) of x
 CALLS = {
-    "Functional.gelu": (F.gelu, lambda: _x(64, 1024) * 3),
-    "Torch.softmax": (lambda x: torch.softmax(x, -1), lambda: _x(64, 1024) * 2),
-    "Torch.log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: _x(64, 1024) * 2),
-    "Functional.layer_norm": (lambda x: F.layer_norm(x, (1024,)), lambda: _x(64, 1024) + 0.5),
-    "Functional.rms_norm": (_rms_norm, lambda: _x(64, 1024)),
-    "Functional.batch_norm": (lambda x: F.batch_norm(x, None, None, training=True), lambda: _x(16, 32, 8, 8)),
-    "Functional.scaled_dot_product_attention": (lambda x: F.scaled_dot_product_attention(x, x, x),
-                                                lambda: _x(2, 4, 64, 32)),
+    "Functional.gelu": (F.gelu, lambda: _x(64, 1024) * 3, lambda x: ((x,), {})),
+    "Torch.softmax": (torch.softmax, lambda: _x(64, 1024) * 2, lambda x: ((x,), {"dim": -1})),
+    "Torch.log_softmax": (torch.log_softmax, lambda: _x(64, 1024) * 2, lambda x: ((x,), {"dim": -1})),
+    "Functional.layer_norm": (F.layer_norm, lambda: _x(64, 1024) + 0.5, lambda x: ((x, (1024,)), {})),
+    "Functional.rms_norm": (F.rms_norm, lambda: _x(64, 1024),
+                            lambda x: ((x, (1024,), torch.full((1024,), 0.75, dtype=x.dtype), 1e-6), {})),
+    "Functional.batch_norm": (F.batch_norm, lambda: _x(16, 32, 8, 8),
+                              lambda x: ((x, None, None), {"training": True})),
+    "Functional.scaled_dot_product_attention": (F.scaled_dot_product_attention, lambda: _x(2, 4, 64, 32),
+                                                lambda x: ((x, x, x), {})),
 }
-ARGS = {"Torch.softmax": {"dim": -1}, "Torch.log_softmax": {"dim": -1}}
 
 
-def _inputs(name: str, dtype: torch.dtype):
-    fn, make = CALLS[name]
-    x = make().to(dtype)
-    if name == "Functional.rms_norm":
-        args = (x, (1024,), torch.ones(1024, dtype=dtype) * 0.75, 1e-6)
-    elif name == "Functional.layer_norm":
-        args = (x, (1024,))
-    elif name == "Functional.batch_norm":
-        args = (x, None, None)
-        return fn, x, args, {"training": True}
-    elif name == "Functional.scaled_dot_product_attention":
-        args = (x, x, x)
-    else:
-        args = (x,)
-    return fn, x, args, ARGS.get(name, {})
-
-
-def _toward_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    nearest = exact.to(dtype)
-    grew = nearest.double().abs() > exact.abs()
-    return torch.where(grew, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+def _run(name: str, dtype: torch.dtype, compute: torch.dtype | None = None) -> tuple:
+    """The call's half-precision (args, kwargs), and the op run on them in ``compute`` (their own dtype
+    if None), without autograd."""
+    fn, make, call = CALLS[name]
+    args, kwargs = call(make().to(dtype))
+    cast = [a.to(compute) if compute and isinstance(a, torch.Tensor) else a for a in args]
+    with torch.no_grad():
+        return (args, kwargs), fn(*cast, **kwargs)
 
 
 def _gate(verdict):
@@ -69,10 +54,8 @@ def _gate(verdict):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_torch_s_half_kernel_passes_the_gate(name, dtype):
-    fn, x, args, kwargs = _inputs(name, dtype)
-    with torch.no_grad():
-        golden, fair = fn(x.double()), fn(x)
-    verdict = judge(fair, golden, op=name, inputs=(args, kwargs))
+    inputs, fair = _run(name, dtype)
+    verdict = judge(fair, _run(name, dtype, torch.float64)[1], op=name, inputs=inputs)
     check = _gate(verdict)
     assert check is not None and verdict.metrics.rounding_elements > 1000, render_message(verdict)
     assert verdict.status is Status.PASS, render_message(verdict)
@@ -81,11 +64,9 @@ def test_torch_s_half_kernel_passes_the_gate(name, dtype):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_a_half_kernel_that_truncates_its_float32_result_fails(name, dtype):
-    fn, x, args, kwargs = _inputs(name, dtype)
-    with torch.no_grad():
-        golden, wide = fn(x.double()), fn(x.float()).double()
-    actual = _toward_zero(wide, dtype)
-    verdict = judge(actual, golden, op=name, inputs=(args, kwargs))
+    inputs, wide = _run(name, dtype, torch.float32)
+    actual = toward_zero(wide.double(), dtype)
+    verdict = judge(actual, _run(name, dtype, torch.float64)[1], op=name, inputs=inputs)
     check = _gate(verdict)
     assert check is not None and check.status is Status.ERROR, render_message(verdict)
 
@@ -112,7 +93,7 @@ def test_too_few_rows_to_tell_a_rounded_factor_from_truncation_are_not_judged():
     w = torch.ones(8192, dtype=torch.float16)
     args = (x, (8192,), w, 1e-6)
     golden = F.rms_norm(x.double(), (8192,), w.double(), 1e-6)
-    truncated = _toward_zero(F.rms_norm(x.float(), (8192,), w.float(), 1e-6).double(), torch.float16)
+    truncated = toward_zero(F.rms_norm(x.float(), (8192,), w.float(), 1e-6).double(), torch.float16)
     verdict = judge(truncated, golden, op="Functional.rms_norm", inputs=(args, {}))
     assert 4 < LEAN_ROWS and verdict.metrics.rounding_bias > 0.4
     assert _gate(verdict).status is Status.PASS, render_message(verdict)
