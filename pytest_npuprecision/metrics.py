@@ -97,6 +97,19 @@ class WorstIndices:
 
 
 @dataclass(frozen=True)
+class Repetition:
+    """Golden values that recur: each about ``factor`` times in a sample holding ``distinct`` of them."""
+
+    factor: float
+    distinct: int
+
+    def independent(self, count: float) -> float:
+        """How many of ``count`` samples err independently: the count over the factor, and no more than
+        the distinct values seen (a sample all alike says one computation, whatever its size)."""
+        return min(count / self.factor, self.distinct)
+
+
+@dataclass(frozen=True)
 class Metrics:
     dtype: str
     shape: tuple[int, ...]
@@ -130,6 +143,16 @@ class Metrics:
     magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound, 0 where |golden| <= bound: scaling
     golden_rms: float
     worst: WorstIndices
+    # The root mean square of the per-element ratios that bound_bias and magnitude_bound_bias average
+    # (the larger): how far their mean strays by chance is this over the square root of the samples.
+    bias_spread: float = 0.0
+    magnitude_bias_spread: float = 0.0
+    # The mean of u·|golden| / bound: how much of bound_bias one rounded constant shared by every
+    # element (a mean's 1/n, a loss scale, alpha) may explain, up to u of relative error.
+    constant_share: float = 0.0
+    # How golden values recur (metrics._repetition; None where they differ): alike computations err
+    # alike, so every sample count behind a chance counts them once (Metrics.independent).
+    repetition: Repetition | None = None
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
     overflow: int = 0  # +-inf on the device where the golden, rounded to the dtype, is finite: downstream of one
     range_overflow: int = 0  # +-inf on the device where the exact result is finite but past the dtype's max
@@ -151,10 +174,16 @@ class Metrics:
     rounding_bias: float = 0.0
     reduction_length: int = 1  # terms per sum in the error bound: 1 where each element is one rounding
 
+    def independent(self, count: float) -> float:
+        """How many of ``count`` samples (elements, rows, groups) err independently of each other."""
+        return count if self.repetition is None else self.repetition.independent(count)
+
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["shape"] = list(self.shape)
         out["worst"] = {f.name: getattr(self.worst, f.name) for f in fields(self.worst)}
+        if self.repetition is not None:
+            out["repetition"] = {"factor": self.repetition.factor, "distinct": self.repetition.distinct}
         return out
 
     @classmethod
@@ -171,11 +200,14 @@ class Metrics:
         try:
             values["shape"] = tuple(int(n) for n in values["shape"])
             values["worst"] = WorstIndices(**values["worst"])
+            if values["repetition"] is not None:
+                values["repetition"] = Repetition(float(values["repetition"]["factor"]),
+                                                  int(values["repetition"]["distinct"]))
             for f in fields(cls):
-                if f.name in ("dtype", "shape", "worst") or (values[f.name] is None and f.default is None):
+                if f.name in ("dtype", "shape", "worst", "repetition") or (values[f.name] is None and f.default is None):
                     continue  # an optional metric the output did not have
                 values[f.name] = (int if f.type == "int" else float)(values[f.name])
-        except (TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"metrics are malformed: {exc}") from None
         return cls(**values)
 
@@ -229,7 +261,9 @@ def compute_metrics_each(
             total.add(*_chunk_partials(flat[start:stop], shared_golden, None if shift is None else shift[start:stop],
                                        start, fmt, params))
     groups = max(numel // acc.length, 1) if acc.correlated else None
-    combined = [replace(_combine(total, a, golden_rms), reduction_length=acc.length, bias_samples=groups)
+    repetition = _repetition(flat_g, device, work)
+    combined = [replace(_combine(total, a, golden_rms), reduction_length=acc.length, bias_samples=groups,
+                        repetition=repetition)
                 for total, a in zip(totals, actuals)]
     if shifts[0] is None:
         return combined
@@ -238,6 +272,31 @@ def compute_metrics_each(
     return [replace(m, mean_residual_ratio=row.residual, error_balance_noise=row.balance_noise,
                     rounding_bias_noise=row.lean_noise)
             for m, row in zip(combined, rows)]
+
+
+REPETITION_SAMPLE = 4096
+ALIKE_BITS = 12  # golden values that agree to 12 significant bits count as alike
+NATURAL_COLLISIONS = 1.5  # a continuous spread sampled at 12 bits collides now and then: not repetition
+
+
+def _repetition(flat_g, device, work) -> Repetition | None:
+    """How often the nonzero values of a strided sample of the golden recur; None where they mostly
+    differ. Alike values come from alike computations (a row repeated down a batch, a constant, a
+    half-precision input's few hundred values), whose errors repeat rather than average out."""
+    step = max(1, flat_g.numel() // REPETITION_SAMPLE)
+    sample = flat_g[::step][:REPETITION_SAMPLE].to(device=device, dtype=work)
+    return _alike(sample[torch.isfinite(sample) & (sample != 0)])  # zeros are mostly exact, not repeated work
+
+
+def _alike(values: torch.Tensor) -> Repetition | None:
+    """How often the values (or rows of values) recur, to ALIKE_BITS; None where they mostly differ."""
+    if not values.numel():
+        return None
+    mantissa, exponent = torch.frexp(values)
+    key = torch.round(torch.ldexp(mantissa, torch.tensor(ALIKE_BITS, device=values.device))) + exponent * 2.0 ** 16
+    distinct = int(torch.unique(key, dim=0).shape[0])
+    repetition = Repetition(values.shape[0] / distinct, distinct)
+    return repetition if repetition.factor >= NATURAL_COLLISIONS else None
 
 
 def _shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
@@ -297,6 +356,8 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
     residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
+    probes = torch.arange(ROW_PROBES, device=device) * acc.length // ROW_PROBES
+    prints = torch.zeros(rows, ROW_PROBES, dtype=work, device=device)  # per row: a few of its golden's values
     total, count = 0.0, 0
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
         part = slice(start, start + rows_per_chunk * acc.length)
@@ -320,6 +381,7 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
         signs = torch.where(signed, torch.sign(a - g_round), 0)
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
+        prints[first:first + a.shape[0]] = torch.where(finite, g, 0)[:, probes]
         if once:  # the elements GoldenChunk.rounding picks, counted per row
             dominated = _error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work) <= \
                 ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
@@ -329,27 +391,31 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
                 [dominated.sum(-1), (signs * dominated).sum(-1), (growth * dominated).sum(-1)], -1).to(work)
     residual = total / count if count else 0.0
     return _Rows(residual, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
-                 _clustered_noise(leans) if once else None)
+                 _clustered_noise(leans, _alike(prints)) if once else None)
 
 
 # Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
 # rounded factors happen to lean alike look like one truncating kernel.
 LEAN_ROWS = 16
+ROW_PROBES = 4  # values of each row's golden, evenly spaced, that tell alike rows (near-uniform softmax) apart
 
 
-def _clustered_noise(leans: torch.Tensor) -> float:
+def _clustered_noise(leans: torch.Tensor, repetition: Repetition | None) -> float:
     """The larger standard error of the two shares of rounding_bias (up, larger), rows as clusters:
-    sqrt(sum over rows of (row's sum - share * row's count)^2) / total count. Too few rows: 1/3,
-    which no lean exceeds by 6 sigma."""
+    sqrt(sum over rows of (row's sum - share * row's count)^2) / total count, widened where rows
+    repeat alike (whose goldens agree at ROW_PROBES places: they count once). Too few independent
+    rows: 1/3, which no lean exceeds by 6 sigma."""
     counts = leans[:, 0]
     total = float(counts.sum())
-    if total == 0 or int((counts > 0).sum()) < LEAN_ROWS:
+    rows = int((counts > 0).sum())
+    independent = rows if repetition is None else repetition.independent(rows)
+    if total == 0 or independent < LEAN_ROWS:
         return 1 / 3
     worst = 0.0
     for sums in (leans[:, 1], leans[:, 2]):
         share = float(sums.sum()) / total
         worst = max(worst, math.sqrt(float(((sums - share * counts) ** 2).sum())) / total)
-    return worst
+    return worst * math.sqrt(rows / independent)
 
 
 def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -393,6 +459,7 @@ _SUMS = (
     "binary_mismatch", "sum_abs", "sum_sq", "normal_count", "sum_rel", "rel_over", "small_count",
     "small_over", "above", "below", "larger", "smaller", "sum_ulp", "ulp_over", "thousandth", "dot", "norm_a", "norm_g",
     "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias",
+    "sum_bias_sq", "sum_magnitude_bias_sq", "sum_constant_share",
     "rounding_elements", "rounding_up", "rounding_larger", "over_bound",
     "overflow", "range_overflow",
 )
@@ -533,17 +600,21 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         signed = a - g_round if all_finite else torch.where(both, a - g_round, 0)
         settled = golden.settled if all_finite else both & golden.settled
         growth = torch.where(settled, a.abs() - g_round.abs(), 0)
-        bias = [(signed / bound).sum(), (growth / bound).sum()]
+        signed_ratio, growth_ratio = signed / bound, growth / bound
+        bias = [signed_ratio.sum(), growth_ratio.sum()]
         if shift is None:
             bias += bias
         else:  # the same against the golden as the row's rounded factor scales it, rounded to the dtype
             fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
             bias += [(torch.where(both, a - fair, 0) / bound).sum(),
                      (torch.where(settled, a.abs() - fair.abs(), 0) / bound).sum()]
+        share = fmt.unit_roundoff * abs_g / bound
+        bias += [torch.dot(signed_ratio, signed_ratio), torch.dot(growth_ratio, growth_ratio),
+                 share.sum() if all_finite else torch.where(both, share, 0).sum()]
         lean = _lean(golden.rounding, signed, growth, None if all_finite else both)
     else:
         ulp_err = bound_ratio = signed = growth = abs_err
-        bias = [abs_err.new_zeros(())] * 4
+        bias = [abs_err.new_zeros(())] * 7
         lean = [abs_err.new_zeros(())] * 3
 
     n = a.numel()
@@ -627,6 +698,9 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         # rounded one, leaves it the smaller bias.
         bound_bias=mean(min(s["sum_bias"], s["sum_shared_bias"], key=abs), finite),
         magnitude_bound_bias=mean(min(s["sum_magnitude_bias"], s["sum_shared_magnitude_bias"], key=abs), finite),
+        bias_spread=_spread(s["sum_bias"], s["sum_bias_sq"], finite),
+        magnitude_bias_spread=_spread(s["sum_magnitude_bias"], s["sum_magnitude_bias_sq"], finite),
+        constant_share=mean(s["sum_constant_share"], finite),
         golden_rms=golden_rms,
         worst=worst,
         rounding_elements=int(s["rounding_elements"]),
@@ -637,10 +711,18 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
     )
 
 
+def _spread(total: float, squares: float, count: float) -> float:
+    """The standard deviation of ``count`` values from their sum and sum of squares."""
+    if not count:
+        return 0.0
+    centre = total / count
+    return math.sqrt(max(squares / count - centre * centre, 0.0))
+
+
 def _empty(actual: torch.Tensor) -> Metrics:
     zero = {f.name: 0 for f in fields(Metrics)}
     zero.update(
         dtype=str(actual.dtype).removeprefix("torch."), shape=tuple(actual.shape),
-        thousandth_ratio=1.0, cosine=1.0, golden_rms=0.0, worst=WorstIndices(),
+        thousandth_ratio=1.0, cosine=1.0, golden_rms=0.0, worst=WorstIndices(), repetition=None,
     )
     return Metrics(**zero)

@@ -63,7 +63,7 @@ def rounding_gate(m: Metrics) -> Check | None:
     """Where the output is one rounding, its errors lean neither up nor toward zero; None elsewhere."""
     if not m.rounding_elements:
         return None
-    chance = max(1 / math.sqrt(m.rounding_elements), m.rounding_bias_noise or 0.0)
+    chance = max(1 / math.sqrt(m.independent(m.rounding_elements)), m.rounding_bias_noise or 0.0)
     return _check("rounding_bias", m.rounding_bias, _at_least(ROUNDING_BIAS, ROUNDING_SIGMAS * chance))
 
 
@@ -112,8 +112,27 @@ def _chance(m: Metrics, grouped: bool = False) -> float:
     ``grouped``: where a sum's outputs err together (Metrics.bias_samples), its groups are the n. The
     error-bound standard's bias limits need not: chance only widens their fixed share of the bound,
     which a fair kernel's rows stay under; the benchmark's excuse has no such floor."""
-    samples = m.finite if m.bias_samples is None or not grouped else min(m.finite, m.bias_samples)
+    samples = m.independent(m.finite if m.bias_samples is None or not grouped else min(m.finite, m.bias_samples))
     return 4 * m.mean_bound_ratio / math.sqrt(samples) if samples else math.inf
+
+
+# A bias below the limit fails where it lies this many standard errors from zero, with at least this
+# many independent samples, and is larger than FINE_BIAS times the limit plus what a rounded shared
+# constant explains (Metrics.constant_share): an unbiased kernel errs either way in every sample.
+BIAS_SIGMAS = 6
+BIAS_SAMPLES = 16
+FINE_BIAS = 1 / 3
+
+
+def _bias_limit(m: Metrics, limit: Limit, spread: float) -> Limit:
+    """The coarse limit (the table's, or chance counted elementwise where larger), or a finer one
+    where enough independent samples show a bias many standard errors wide."""
+    coarse = _at_least(limit, _chance(m))
+    samples = m.independent(min(m.finite, m.bias_samples or m.finite))
+    if samples < BIAS_SAMPLES:
+        return coarse
+    fine = max(FINE_BIAS * limit.error, BIAS_SIGMAS * spread / math.sqrt(samples)) + m.constant_share
+    return Limit(min(coarse.error, fine), coarse.warning)
 
 
 def _unbiased(m: Metrics) -> bool:
@@ -222,8 +241,9 @@ def _at_least_one(share: Limit, count: int) -> Limit:
 
 class Thousandth(Standard):
     """At least 99.9 % of the elements within the dtype's thousandth tolerance or their own error bound
-    (convolutions; below 1000 elements, all but one), and no element far past its error bound: the
-    0.1 % allowance is for rounding, not for a gross outlier."""
+    (convolutions; below 1000 elements, all but one), no element far past its error bound (the 0.1 %
+    allowance is for rounding, not for a gross outlier) and no bias: the thousandth tolerance admits
+    a scaling of every element by 32 eps, which fast convolutions (Winograd, FFT) err around, not by."""
 
     name, worst = "thousandth", "rel"
 
@@ -231,7 +251,7 @@ class Thousandth(Standard):
         share = limits["thousandth_ratio"]  # a minimum: below 1000 elements, one element may miss it
         least = Limit(min(share.error, 1 - 1 / m.finite) if m.finite else share.error, share.warning)
         return [_check("thousandth_ratio", m.thousandth_ratio, least, upper=False),
-                _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"])]
+                _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"]), *_bias_checks(m, limits)]
 
 
 class ErrorBound(Standard):
@@ -251,17 +271,20 @@ class ErrorBound(Standard):
         return True  # the fallback for every float output
 
     def checks(self, m, limits, baseline, floor):
-        chance = _chance(m)
         checks = [
             _check("max_bound_ratio", m.max_bound_ratio, limits["max_bound_ratio"]),
             _check("mean_bound_ratio", m.mean_bound_ratio, limits["mean_bound_ratio"]),
-            _check("bound_bias", abs(m.bound_bias), _at_least(limits["bound_bias"], chance)),
-            _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
-                   _at_least(limits["magnitude_bound_bias"], chance)),
+            *_bias_checks(m, limits),
         ]
         if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_statistics
             checks.append(_check("mean_residual_ratio", m.mean_residual_ratio, limits["mean_residual_ratio"]))
         return checks
+
+
+def _bias_checks(m: Metrics, limits: dict[str, Limit]) -> list[Check]:
+    return [_check("bound_bias", abs(m.bound_bias), _bias_limit(m, limits["bound_bias"], m.bias_spread)),
+            _check("magnitude_bound_bias", abs(m.magnitude_bound_bias),
+                   _bias_limit(m, limits["magnitude_bound_bias"], m.magnitude_bias_spread))]
 
 
 def _at_least(limit: Limit, floor: float) -> Limit:
