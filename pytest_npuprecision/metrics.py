@@ -143,8 +143,8 @@ class Metrics:
     magnitude_bound_bias: float  # mean of (|actual| - |golden|) / bound, 0 where |golden| <= bound: scaling
     golden_rms: float
     worst: WorstIndices
-    # The root mean square of the per-element ratios that bound_bias and magnitude_bound_bias average
-    # (the larger): how far their mean strays by chance is this over the square root of the samples.
+    # The standard deviations of the per-element ratios that bound_bias and magnitude_bound_bias
+    # average: how far each mean strays by chance is this over the square root of the samples.
     bias_spread: float = 0.0
     magnitude_bias_spread: float = 0.0
     # The mean of u·|golden| / bound: how much of bound_bias one rounded constant shared by every
@@ -267,7 +267,8 @@ def compute_metrics_each(
                 for total, a in zip(totals, actuals)]
     if shifts[0] is None:
         return combined
-    rows = [_row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, work)
+    alike_rows = _alike_rows(flat_g, acc.length, device, work) if acc.one_rounding(fmt) else None
+    rows = [_row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, alike_rows, work)
             for flat in flats]
     return [replace(m, mean_residual_ratio=row.residual, error_balance_noise=row.balance_noise,
                     rounding_bias_noise=row.lean_noise)
@@ -286,6 +287,13 @@ def _repetition(flat_g, device, work) -> Repetition | None:
     step = max(1, flat_g.numel() // REPETITION_SAMPLE)
     sample = flat_g[::step][:REPETITION_SAMPLE].to(device=device, dtype=work)
     return _alike(sample[torch.isfinite(sample) & (sample != 0)])  # zeros are mostly exact, not repeated work
+
+
+def _alike_rows(flat_g, length: int, device, work) -> Repetition | None:
+    """How often the golden's rows of ``length`` recur, told apart by ROW_PROBES evenly spaced values."""
+    probes = torch.arange(ROW_PROBES, device=flat_g.device) * length // ROW_PROBES
+    prints = flat_g.reshape(-1, length)[:, probes].to(device=device, dtype=work)
+    return _alike(torch.where(torch.isfinite(prints), prints, 0))
 
 
 def _alike(values: torch.Tensor) -> Repetition | None:
@@ -328,7 +336,7 @@ class _Rows:
 
 
 def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
-                    golden_rms: float, work) -> _Rows:
+                    golden_rms: float, alike_rows: Repetition | None, work) -> _Rows:
     """Over rows that share a rounded factor, in one pass: the mean residual ratio, the standard
     error of the error balance and, where the output is one rounding, of the rounding lean.
 
@@ -356,8 +364,6 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
     residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
-    probes = torch.arange(ROW_PROBES, device=device) * acc.length // ROW_PROBES
-    prints = torch.zeros(rows, ROW_PROBES, dtype=work, device=device)  # per row: a few of its golden's values
     total, count = 0.0, 0
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
         part = slice(start, start + rows_per_chunk * acc.length)
@@ -381,7 +387,6 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
         signs = torch.where(signed, torch.sign(a - g_round), 0)
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
-        prints[first:first + a.shape[0]] = torch.where(finite, g, 0)[:, probes]
         if once:  # the elements GoldenChunk.rounding picks, counted per row
             dominated = _error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work) <= \
                 ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
@@ -391,7 +396,7 @@ def _row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFor
                 [dominated.sum(-1), (signs * dominated).sum(-1), (growth * dominated).sum(-1)], -1).to(work)
     residual = total / count if count else 0.0
     return _Rows(residual, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
-                 _clustered_noise(leans, _alike(prints)) if once else None)
+                 _clustered_noise(leans, alike_rows) if once else None)
 
 
 # Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
@@ -530,7 +535,7 @@ class _GoldenChunk:
         # relative errors only where the sum did not cancel
         self.uncancelled = None if term_norm is None else abs_g >= CANCELLED * term_norm
         self.rel_scale = abs_g.clamp(min=params.small_value)
-        self.ulp = self.bound = self.rounding = self.settled = None
+        self.ulp = self.bound = self.rounding = self.settled = self.constant_share = None
         if fmt is None:
             return
         tiny = math.ldexp(1.0, fmt.min_exponent)
@@ -545,6 +550,8 @@ class _GoldenChunk:
         # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
         once = acc.one_rounding(fmt)
         self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if once else None
+        # what one rounded constant shared by every element may move each element by (constant_share)
+        self.constant_share = fmt.unit_roundoff * abs_g / self.bound
 
 
 def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work):
@@ -608,7 +615,7 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
             fair = torch.where(both, (golden.raw.to(work) + shift).to(a_raw.dtype).to(work), 0)
             bias += [(torch.where(both, a - fair, 0) / bound).sum(),
                      (torch.where(settled, a.abs() - fair.abs(), 0) / bound).sum()]
-        share = fmt.unit_roundoff * abs_g / bound
+        share = golden.constant_share
         bias += [torch.dot(signed_ratio, signed_ratio), torch.dot(growth_ratio, growth_ratio),
                  share.sum() if all_finite else torch.where(both, share, 0).sum()]
         lean = _lean(golden.rounding, signed, growth, None if all_finite else both)

@@ -110,10 +110,16 @@ def _chance(m: Metrics, grouped: bool = False) -> float:
     signed ratios whose typical size is the mean ratio strays by about mean/sqrt(n); 4 sigma, because a
     search over many inputs (Hypothesis) meets 3-sigma events, and rounding errors in a row correlate.
     ``grouped``: where a sum's outputs err together (Metrics.bias_samples), its groups are the n. The
-    error-bound standard's bias limits need not: chance only widens their fixed share of the bound,
-    which a fair kernel's rows stay under; the benchmark's excuse has no such floor."""
-    samples = m.independent(m.finite if m.bias_samples is None or not grouped else min(m.finite, m.bias_samples))
+    coarse bias limits need not: chance only widens their fixed share of the bound, which a fair
+    kernel's rows stay under; the finer one (_bias_limit) and the benchmark's excuse have no such floor."""
+    samples = _samples(m, grouped)
     return 4 * m.mean_bound_ratio / math.sqrt(samples) if samples else math.inf
+
+
+def _samples(m: Metrics, grouped: bool) -> float:
+    """How many samples a mean over the elements holds: the groups that err together where
+    ``grouped`` (Metrics.bias_samples), alike values once (Metrics.independent)."""
+    return m.independent(m.finite if m.bias_samples is None or not grouped else min(m.finite, m.bias_samples))
 
 
 # A bias below the limit fails where it lies this many standard errors from zero, with at least this
@@ -128,7 +134,7 @@ def _bias_limit(m: Metrics, limit: Limit, spread: float) -> Limit:
     """The coarse limit (the table's, or chance counted elementwise where larger), or a finer one
     where enough independent samples show a bias many standard errors wide."""
     coarse = _at_least(limit, _chance(m))
-    samples = m.independent(min(m.finite, m.bias_samples or m.finite))
+    samples = _samples(m, grouped=True)
     if samples < BIAS_SAMPLES:
         return coarse
     fine = max(FINE_BIAS * limit.error, BIAS_SIGMAS * spread / math.sqrt(samples)) + m.constant_share
