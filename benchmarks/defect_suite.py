@@ -37,6 +37,7 @@ import torch
 
 from pytest_npuprecision import Status, judge
 from pytest_npuprecision.dtypes import float_format
+from pytest_npuprecision.ops import base_name
 from pytest_npuprecision.perturbed import input_spread
 
 try:
@@ -92,7 +93,7 @@ class Cell:
     @cached_property
     def spread(self) -> torch.Tensor | None:
         args, kwargs = self.call
-        return input_spread(self.op.golden, args, kwargs, golden=self.golden)
+        return input_spread(self.op.golden, args, kwargs, golden=self.golden, op=base_name(self.op.name))
 
 
 def _cast(value, dtype: torch.dtype):

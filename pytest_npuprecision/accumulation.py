@@ -71,6 +71,10 @@ def _loss_length(reduction_index: int, per_sample: Callable[[torch.Tensor], int]
     return length
 
 
+def _classes_then_batch(x: torch.Tensor) -> int:
+    return _class_count(x) + x.numel() // max(_class_count(x), 1)
+
+
 def _group_norm_length(args, kwargs) -> int:
     x = _input(args, kwargs)
     return x.numel() // max(x.shape[0] * argument(args, kwargs, 1, "num_groups"), 1)
@@ -412,8 +416,9 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
-    # Upper estimates: the log-sum-exp over classes and the mean over the batch.
-    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=lambda x: x.numel()),
+    # Two sums in a chain, whose lengths add as attention's do: the log-sum-exp over the classes, then
+    # the mean over the batch (not their product: no sum runs over every logit at once).
+    "cross_entropy": AccumulationRule(_loss_length(6, per_sample=_class_count, total=_classes_then_batch),
                                       term_norm=lambda a, k: _CrossEntropy(a, k).forward(),
                                       grad_term_norms=lambda a, k, g: {"input": _CrossEntropy(a, k).input_grad(g)}),
     "nll_loss": AccumulationRule(_loss_length(6, per_sample=lambda x: 1,
@@ -481,6 +486,24 @@ def rounded_once(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> boo
     float32 kernel holds exactly (x * 0.1 multiplies every element by one rounded 0.1)."""
     scalars = [v for v in (*args, *kwargs.values()) if isinstance(v, float)]
     return op in ROUNDED_ONCE and all(float(torch.tensor(v, dtype=torch.float32)) == v for v in scalars)
+
+
+# Ops whose fair kernel returns the exact result rounded once, as IEEE 754 asks of an add: it errs by
+# half an ulp of the result however far the result cancels, so the inputs' conditioning there excuses
+# none of its error (no second look). Only between tensors the result's dtype holds exactly, with no
+# scaling alpha: a Python number, a wider operand or alpha * other is rounded first, and that rounding
+# is what a cancelling result amplifies.
+EXACTLY_ROUNDED = frozenset({"add", "sub"})
+
+
+def exactly_rounded(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether op(*args, **kwargs) is an op of EXACTLY_ROUNDED between two float tensors, unscaled."""
+    if op not in EXACTLY_ROUNDED or len(args) != 2 or set(kwargs) - {"alpha"} or kwargs.get("alpha", 1) != 1:
+        return False
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in args):
+        return False
+    result = torch.result_type(*args)  # a 0-dim float32 tensor added to float16 ones is rounded to float16
+    return all(t.dtype == result or t.dtype.itemsize < result.itemsize for t in args)
 
 
 def rounded_once_in_half(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:

@@ -34,9 +34,11 @@ def _float_dtypes(tensors: Iterable[Any]) -> list[torch.dtype]:
 
 
 def inferred_autocast(name: str, inputs: Iterable[Any], outputs: list[torch.dtype] | None,
-                      has_dtype_argument: bool) -> tuple[torch.dtype | None, str | None]:
-    """(the autocast dtype, the note saying why) for a call whose dtypes only autocast explains."""
-    if name in _CASTS or has_dtype_argument:
+                      has_dtype_argument: bool, inplace: bool = False) -> tuple[torch.dtype | None, str | None]:
+    """(the autocast dtype, the note saying why) for a call whose dtypes only autocast explains. An
+    in-place op is never autocast: it keeps self's dtype whatever its operands' (a float32 added
+    into a bfloat16 tensor is added in float32, then rounded once to bfloat16)."""
+    if name in _CASTS or has_dtype_argument or inplace:
         return None, None
     given = set(_float_dtypes(inputs))
     produced = set(outputs or ())

@@ -11,7 +11,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from .accumulation import ACCUMULATION_RULES, AccumulationRule, rounded_once, rounded_once_in_half
+from .accumulation import ACCUMULATION_RULES, AccumulationRule, exactly_rounded, rounded_once, rounded_once_in_half
 from .backends import Backend
 from .metrics import Accumulation
 from .ops import ResolvedOp
@@ -76,7 +76,8 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Ac
     rule = ACCUMULATION_RULES.get(op.base_name)
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
     if rounded_once(op.base_name, args, kwargs):
-        accumulation = replace(accumulation, rounded_once=True)
+        accumulation = replace(accumulation, rounded_once=True,
+                               exactly_rounded=exactly_rounded(op.base_name, args, kwargs))
     elif rounded_once_in_half(op.base_name, args, kwargs):
         accumulation = replace(accumulation, rounded_once_in_half=True)
     if rule is not None and (rule.correlated or rule.shared is not False):

@@ -163,7 +163,7 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
     forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
     autocast, inferred = inferred_autocast(op.base_name, _leaves(inputs.args, inputs.kwargs), forward_dtypes,
-                                           _has_dtype(inputs.args, inputs.kwargs))
+                                           _has_dtype(inputs.args, inputs.kwargs), op.inplace)
     try:
         run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
                        baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,

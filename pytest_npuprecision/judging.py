@@ -86,6 +86,10 @@ def judge(
             or baseline is not None or recorded is not None \
             or first.checks[0].metric == "nonfinite_mismatch" and first.checks[0].status is Status.ERROR:
         return first
+    if accumulation.exactly_rounded:
+        return dataclasses.replace(first, notes=first.notes + (
+            "second look not taken: the op rounds its exact result once, so however far the result "
+            "cancels, the inputs' conditioning explains no more than half an ulp of it",))
     return _second_look(judged, first, actual, golden, spread)
 
 

@@ -48,6 +48,9 @@ class Accumulation:
     # The same where the output is float16 or bfloat16 only: ops a fair kernel computes in float32
     # for those types (accumulation.ROUNDED_ONCE_IN_HALF), and may return in float32 under autocast.
     rounded_once_in_half: bool = False
+    # The output is the exact result rounded once (accumulation.EXACTLY_ROUNDED: an add of two tensors):
+    # its inputs' conditioning excuses none of its error, so judge takes no second look.
+    exactly_rounded: bool = False
     sensitivity: torch.Tensor | None = None
     # Each run of ``length`` consecutive outputs is scaled by one factor a fair kernel may round to
     # the output dtype (softmax's sum, a norm's rsqrt): their errors share up to u of relative error,

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import sampling_terms
-from .accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS
+from .accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS, rounded_once_in_half
 from .dtypes import float_format
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
@@ -56,7 +56,8 @@ class Jitter:
     generator: torch.Generator
     normwise: bool = False
     units: float = 1.0  # how many unit roundoffs the move may reach
-    unit: float | None = None  # the unit roundoff, where not the tensor's own dtype's (a saved factor)
+    # the unit roundoff, where not the tensor's own dtype's (computed_roundoff; a saved factor)
+    unit: float | None = None
     # Paths of sampling coordinates (grid_sample's grid): they also move as far as a fair kernel's
     # rounding misplaces them (sampling_terms.py), in the compute dtype's unit roundoff.
     coordinates: frozenset[str] = frozenset()
@@ -86,7 +87,9 @@ class GoldenSpread:
     def __init__(self, op, args: Sequence[Any], kwargs: Mapping[str, Any], golden: Side, grad_paths: Sequence[str],
                  cotangents: Mapping[str, torch.Tensor], seed: int):
         self._run = (op, args, kwargs, golden, grad_paths, cotangents, seed)
-        self._roundoff = roundoff([*tensor_paths(args, kwargs).values(), *cotangents.values()], golden.rounds_to)
+        self._unit = computed_roundoff(op.base_name, args, kwargs)  # None: each input's own dtype's
+        self._roundoff = self._unit or \
+            roundoff([*tensor_paths(args, kwargs).values(), *cotangents.values()], golden.rounds_to)
         self._units = backward_error_units(op.base_name, args, kwargs)
         self._draws: list[dict[str, torch.Tensor]] | None = None
         self.failure: str | None = None  # why the draws could not run, for the verdict's note
@@ -110,6 +113,7 @@ class GoldenSpread:
         draws = []
         for draw in range(DRAWS):
             jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE, units=self._units,
+                            unit=self._unit,
                             coordinates=sampling_terms.coordinate_paths(op.base_name))
             side = replace(golden, jitter=jitter)
             moved_cotangents = {n: jitter(c, golden.float_dtype or c.dtype) for n, c in cotangents.items()}
@@ -144,6 +148,16 @@ def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.Abst
     def pack(t: torch.Tensor) -> torch.Tensor:
         return jitter(t.detach(), t.dtype) if t.is_floating_point() or t.is_complex() else t
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
+def computed_roundoff(op: str | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> float | None:
+    """float32's unit roundoff where a fair kernel computes ``op`` in float32 for these half-precision
+    inputs and rounds once (accumulation.ROUNDED_ONCE_IN_HALF): its inputs are exact, only float32
+    steps round inside it, so the draws move the inputs that far (a bfloat16 sum of cancelling terms
+    moved by bfloat16's rounding would excuse a bias the float32 sum cannot make). None elsewhere."""
+    if op is None or not rounded_once_in_half(op, args, kwargs):
+        return None
+    return torch.finfo(torch.float32).eps / 2
 
 
 def roundoff(tensors: Sequence[Any], rounds_to: torch.dtype | None = None) -> float:
@@ -182,13 +196,17 @@ def spread_over(moved: Sequence[torch.Tensor], golden: torch.Tensor, roundoff: f
 
 
 def input_spread(fn: Callable[..., torch.Tensor], args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, *,
-                 golden: torch.Tensor | None = None, seed: int = 0, normwise: bool = False) -> torch.Tensor | None:
+                 golden: torch.Tensor | None = None, seed: int = 0, normwise: bool = False,
+                 op: str | None = None) -> torch.Tensor | None:
     """How far ``fn``'s float64 result moves, per element, when each float tensor argument moves by
     its own dtype's rounding, where ``fn`` amplifies that rounding (0 elsewhere, see AMPLIFIED): the
     ``spread=`` that :func:`judge` takes for its second look. ``args``
     are the call's arguments in the dtype the device got; golden: ``fn`` on them in float64, when
-    the caller has it already; normwise: move them as NORMWISE ops' are. ``fn`` returns one tensor."""
+    the caller has it already; normwise: move them as NORMWISE ops' are; op: the op's bare name
+    ("softmax"), where its half-precision inputs move by float32's rounding (computed_roundoff).
+    ``fn`` returns one tensor."""
     kwargs = dict(kwargs or {})
+    unit = computed_roundoff(op, args, kwargs)
 
     def run(jitter: Jitter | None) -> torch.Tensor:
         def widen(value: Any) -> Any:
@@ -199,8 +217,8 @@ def input_spread(fn: Callable[..., torch.Tensor], args: Sequence[Any], kwargs: M
             return fn(*map(widen, args), **{k: widen(v) for k, v in kwargs.items()})
 
     golden = run(None) if golden is None else golden
-    return spread_over([run(Jitter(_generator(seed, draw), normwise)) for draw in range(DRAWS)], golden.double(),
-                       roundoff([*args, *kwargs.values()]))
+    return spread_over([run(Jitter(_generator(seed, draw), normwise, unit=unit)) for draw in range(DRAWS)],
+                       golden.double(), unit or roundoff([*args, *kwargs.values()]))
 
 
 def _generator(seed: int, draw: int) -> torch.Generator:

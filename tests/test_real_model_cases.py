@@ -93,6 +93,8 @@ def test_autocast_is_inferred_only_where_dtypes_need_it():
     assert inferred_autocast("sum", [x], [f32], True) == (None, None)  # so does a dtype argument
     assert inferred_autocast("add", [w, w.double()], [torch.float64], False) == (None, None)  # no half type
     assert inferred_autocast("gelu", [x], [bf16], False) == (None, None)
+    # x.add_(y): an in-place op keeps self's dtype, its float32 operand unrounded (OpInfo's add_ sample)
+    assert inferred_autocast("add", [x, w], [bf16], False, inplace=True) == (None, None)
 
 
 def test_autocast_entries_are_replayed_under_autocast_and_judged_in_the_recorded_dtype(tmp_path):
@@ -120,6 +122,17 @@ def test_autocast_entries_are_replayed_under_autocast_and_judged_in_the_recorded
         assert not result.dtype_differences
     assert found["Functional.linear.1.forward"].outputs[0].verdict.dtype == "bfloat16"  # float32 in, bf16 judged
     assert found["Functional.cross_entropy.0.forward"].outputs[0].verdict.dtype == "float32"
+
+
+def test_an_in_place_add_of_a_wider_operand_is_not_autocast(tmp_path):
+    """OpInfo's bfloat16 sample x.add_(y) with a float32 y: added in float32, then rounded once. Judged
+    as if autocast had rounded y to bfloat16 first, a fair kernel failed by 13 ulp of a cancelled sum."""
+    writer = DumpWriter(tmp_path)
+    x, y = torch.tensor(1.2265625, dtype=torch.bfloat16), torch.tensor(-1.1203272342681885)
+    writer.call("Tensor.add_.0", (x, y), outputs=(x.clone().add_(y),))
+    result = results(writer.load())["Tensor.add_.0.forward"]
+    assert result.status is Status.PASS, result
+    assert not any("autocast" in note for note in result.guesses)
 
 
 def test_a_judged_dtype_the_dump_did_not_record_is_said(tmp_path):

@@ -155,8 +155,20 @@ def test_a_run_compared_with_its_own_recording_passes_by_the_benchmark_standard(
                                  f"binary {standards['binary']} pass"])
 
 
-def test_a_parallel_run_compares_with_and_records_the_file_a_serial_one_does(pytester):
+def test_a_parallel_run_compares_with_and_records_the_file_a_serial_one_does(pytester, monkeypatch):
     """Each worker reads the baseline; the controller writes the record, byte for byte the serial one."""
+    # One intra-op thread on both sides: torch's reductions sum in another order with more threads,
+    # which moves the metrics' last bits (the serial run here has the test process's own threads).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _parallel_run_records_the_serial_file(pytester)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _parallel_run_records_the_serial_file(pytester):
     dump = fixture_dump("mlp_statistics")
     record(pytester, "serial.json", dump=dump)
     result = run(pytester, "--npu-precision-baseline", "serial.json", "--npu-precision-record", "parallel.json",
