@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.defect_kernels import toward_zero
+from benchmarks.defect_kernels import OPS, toward_zero
 from pytest_npuprecision import Status, input_spread, judge, render_message
 from pytest_npuprecision.accumulation import exactly_rounded
 from pytest_npuprecision.bounds import accumulation_for
@@ -144,12 +144,8 @@ def test_a_half_softmax_of_wide_scores_rounded_toward_zero_fails(dtype):
 
 # --- a chain of sums -----------------------------------------------------------------------------
 
-def _cross_entropy_kernels():
-    return {
-        "torch": F.cross_entropy,
-        "gathered": lambda x, t: -(x.gather(1, t[:, None])[:, 0] - torch.logsumexp(x, 1)).mean(),
-        "unfused": lambda x, t: F.nll_loss(x - torch.logsumexp(x, 1, keepdim=True), t),
-    }
+# the seeded-defect suite's fair kernels: torch's, a gathering one and log_softmax then nll_loss
+CROSS_ENTROPY = next(op for op in OPS if op.name == "Functional.cross_entropy").fair
 
 
 def test_cross_entropy_sums_its_classes_then_its_batch():
@@ -162,7 +158,7 @@ def test_a_float32_cross_entropy_off_by_32_eps_fails_where_fair_ones_pass(scale)
     g = torch.Generator().manual_seed(0)
     x, target = torch.randn(256, 1000, generator=g) * scale, torch.randint(0, 1000, (256,), generator=g)
     golden = F.cross_entropy(x.double(), target)
-    for name, kernel in _cross_entropy_kernels().items():
+    for name, kernel in CROSS_ENTROPY.items():
         verdict = judge(kernel(x, target), golden, op="Functional.cross_entropy", inputs=((x, target), {}))
         assert verdict.status is Status.PASS, name + ": " + render_message(verdict)
     biased = _biased(F.cross_entropy(x, target), 32)
