@@ -25,6 +25,7 @@ from .records import RECORD, carried, case_record, junit_properties, new_record
 from .settings import rerun_command, settings_for
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
+from .warning_types import JudgedDtypeWarning
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -121,10 +122,6 @@ class BrokenDumpItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, "broken dump.json"
-
-
-class JudgedDtypeWarning(UserWarning):
-    """A case's output was judged in another dtype than its dump recorded."""
 
 
 class PrecisionFailure(AssertionError):

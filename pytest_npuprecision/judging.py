@@ -10,7 +10,7 @@ import torch
 
 from .accumulation import ACCUMULATION_RULES
 from .dtypes import float_format, parse_dtype
-from .metrics import Accumulation, Metrics, compute_metrics, compute_metrics_each
+from .metrics import Accumulation, Metrics, compute_metrics, compute_metrics_each, element_index
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from .second_look import widened
 from .standards import Subject, beside_baseline, inf_nan_gate, rounding_gate, select
@@ -256,7 +256,7 @@ def _check_recorded(recorded: Metrics, actual: torch.Tensor) -> None:
 def _element(flat_index: int, actual, golden, baseline) -> Element | None:
     if flat_index < 0:
         return None
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), actual.shape)) if actual.dim() else ()
+    index = element_index(flat_index, actual.shape)
 
     def value(t: torch.Tensor) -> float:
         return t.reshape(-1)[flat_index].item()

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .metrics import element_index
+
 # How many spreads an element may err by. A kernel that is backward stable computes the exact
 # result of inputs moved by a few units of roundoff; the draws move them by at most one, and the
 # largest of three draws comes close to, but below, the worst move of that size.
@@ -56,6 +58,6 @@ def widened(actual: torch.Tensor, golden: torch.Tensor, spread: torch.Tensor) ->
         return golden, None
     error = torch.where(excused, error, 0)
     flat = int(torch.argmax(error.reshape(-1)))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), golden.shape)) if golden.dim() else ()
+    index = element_index(flat, golden.shape)
     excuse = Excused(count, golden.numel(), index, float(error.reshape(-1)[flat]), float(spread.reshape(-1)[flat]))
     return torch.where(excused, a, golden), excuse

@@ -57,11 +57,16 @@ class Side:
             placed = placed.clone()
         return placed
 
+    def factory_device(self) -> contextlib.AbstractContextManager:
+        """This side's device as factory calls' default; nothing where it already is, as a device
+        context adds a Python hop to every op."""
+        return contextlib.nullcontext() if self.device == torch.get_default_device() else self.device
+
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
         """Factory calls inside the op (arange, zeros) land on this side's device and float dtype."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(self.device)
+            stack.enter_context(self.factory_device())
             stack.enter_context(self.backend.running(self.seed))
             if self.float_dtype in (torch.float32, torch.float64):
                 previous = torch.get_default_dtype()
@@ -287,7 +292,7 @@ def run_backward(op: ResolvedOp, run: Forward, cotangents: Mapping[str, torch.Te
         return {}, 0.0
     outputs = [t for t, _ in pairs]
     grads_in = [g.to(device=side.device, dtype=t.dtype) for t, g in pairs]
-    with _op_errors(op, side, "backward"), side.device, side.backend.running(side.seed):
+    with _op_errors(op, side, "backward"), side.factory_device(), side.backend.running(side.seed):
         start = time.perf_counter()
         grads = side.backend.gradients(op.api_name, outputs, list(run.leaves.values()), grads_in)
         side.backend.synchronize()

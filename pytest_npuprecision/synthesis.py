@@ -247,11 +247,15 @@ def _bulk(count: int, n: int, pinned: list[float], fit, lo: float, hi: float, ge
     if std > 0 and min(mean - lo, hi - mean) < NORMAL_CLEARANCE * std and not _piles_at_zero(mean, lo, hi):
         return _bounded(count, mean, std, lo, hi, gen)
     values = torch.randn(count, generator=gen, dtype=torch.float64) * std + mean
-    # Clipping to [lo, hi] moves the mean and shrinks the spread; re-standardize a few times.
+    # Clipping to [lo, hi] moves the mean and shrinks the spread; re-standardize a few times, until
+    # nothing is left to clip.
     for _ in range(8):
         values.clamp_(lo, hi)
         spread = values.std(correction=0)
         values = (values - values.mean()) * (std / spread) + mean if spread > 0 else values - values.mean() + mean
+        smallest, largest = torch.aminmax(values)
+        if lo <= smallest and largest <= hi:
+            return values
     return values.clamp_(lo, hi)
 
 
@@ -284,18 +288,26 @@ def _bounded(count: int, mean: float, std: float, lo: float, hi: float, gen: tor
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=gen)))
         return torch.from_numpy(lo + width * rng.beta(alpha, beta, count))
     # A log-normal tail from the pole's bound, with the mean's offset from there and the std; the far
-    # bound clips its longest values, so refit the two a few times on the same draws.
+    # bound clips its longest values, so refit the two a few times on the same draws. The refit works
+    # on the tail's length alone, in numpy: a few small ops a round, in every tensor a statistics dump's
+    # cases synthesize.
     side, pole = (1.0, lo) if alpha < beta else (-1.0, hi)
-    normal = torch.randn(count, generator=gen, dtype=torch.float64)
-    offset, spread, values = abs(mean - pole), std, None
+    normal = torch.randn(count, generator=gen, dtype=torch.float64).numpy()
+    wanted_offset = abs(mean - pole)
+    offset, spread, tail = wanted_offset, std, None
     for _ in range(8):
         sigma2 = math.log1p((spread / offset) ** 2)
-        values = (pole + side * torch.exp(normal * math.sqrt(sigma2) + math.log(offset) - sigma2 / 2)).clamp_(lo, hi)
-        got_offset, got_std = abs(values.mean().item() - pole), values.std(correction=0).item()
-        if not (got_offset > 0 and got_std > 0):
+        tail = np.minimum(np.exp(normal * math.sqrt(sigma2) + (math.log(offset) - sigma2 / 2)), width)
+        got_offset = float(tail.sum()) / count
+        got_std = math.sqrt(max(float(tail @ tail) / count - got_offset * got_offset, 0.0))
+        if not (got_offset > 0 and got_std > 0) or _close(got_offset, wanted_offset) and _close(got_std, std):
             break
-        offset, spread = offset * abs(mean - pole) / got_offset, spread * std / got_std
-    return values
+        offset, spread = offset * wanted_offset / got_offset, spread * std / got_std
+    return torch.from_numpy(np.clip(pole + side * tail, lo, hi))
+
+
+def _close(got: float, wanted: float) -> bool:
+    return abs(got - wanted) <= 1e-9 * abs(wanted)
 
 
 def _bulk_moments(count: int, n: int, pinned: list[float], mean: float | None, norm: float | None,

@@ -9,8 +9,11 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from fixtures import fixture_dump
+from test_real_model_cases import DumpWriter
 from pytest_npuprecision.backends import auto_backend
 from pytest_npuprecision.cases import Settings
 
@@ -37,10 +40,10 @@ def pytest_unconfigure(config):
 '''
 
 
-def _parallel_run(tmp_path, *options: str) -> subprocess.CompletedProcess:
+def _parallel_run(tmp_path, *options: str, dump=None) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(PROBE)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2",
-                           "--npu-precision", str(fixture_dump("mlp_tensor")), *options],
+                           "--npu-precision", str(dump or fixture_dump("mlp_tensor")), *options],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
@@ -79,6 +82,20 @@ def test_the_probe_sees_a_controller_that_imports_torch(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "after_reports.txt").read_text() == "torch"
     assert (tmp_path / "at_exit.txt").read_text() == "torch"
+
+
+def test_a_workers_warning_does_not_import_torch_in_the_controller(tmp_path):
+    """xdist rebuilds a worker's warning by importing its category's module: that module must not be
+    the one that runs cases (it imported torch into the controller of every OpInfo dump's run)."""
+    writer = DumpWriter(tmp_path / "dump")
+    x = torch.randn(8).bfloat16()
+    writer.call("Functional.gelu.0", (x,), outputs=(F.gelu(x).float(),))  # a float32 output no autocast explains
+    writer.load()
+    (tmp_path / "run").mkdir()
+    done = _parallel_run(tmp_path / "run", dump=tmp_path / "dump")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "JudgedDtypeWarning: step0/rank0::Functional.gelu.0.forward" in done.stdout
+    assert (tmp_path / "run" / "after_reports.txt").read_text() == ""
 
 
 def test_an_option_only_loading_can_check_is_a_usage_error_before_any_worker_starts(pytester):

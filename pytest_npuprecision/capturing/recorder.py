@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..warning_types import CaptureGapWarning
 from .called import as_called
 from .describe import TensorSink, describe
 from .naming import api_name, caller_frame
@@ -32,10 +33,6 @@ from .writer import DumpWriter
 TASKS = ("tensor", "statistics")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_OVERRIDES = os.path.join("torch", "overrides.py")
-
-
-class CaptureGapWarning(UserWarning):
-    """Some computation inside a capture was not recorded; the message says where."""
 
 
 class Capture:
