@@ -9,11 +9,14 @@ every row: only the distinct values count, so neither the rounding gate nor the 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from pytest_npuprecision import Status, check_call, judge, render_message
-from pytest_npuprecision.metrics import Metrics, Repetition, _repetition
+from pytest_npuprecision.metrics import Metrics, Repetition, _repetition, element_index
+from pytest_npuprecision.metrics import _alike_rows as row_repetition
 
 F = torch.nn.functional
 EPS32 = torch.finfo(torch.float32).eps
@@ -121,6 +124,32 @@ def test_repetition_counts_distinct_values_of_the_golden():
     # zeros are exact more often than repeated work: a ReLU's half of zeros is no repetition
     relu = _repetition(torch.randn(1 << 16, dtype=torch.float64).clamp(min=0), "cpu", torch.float64)
     assert relu is None
+
+
+def test_alike_rows_are_told_apart_by_their_probes_alone():
+    """Rows count as one where their probed values (columns 0, 8, 16 and 24 of 32) agree to 12 bits,
+    whatever lies between; rows whose probes differ in one sign, or hold the same values in another
+    order, stay distinct."""
+    def rows(x: torch.Tensor) -> Repetition | None:
+        return row_repetition(x.reshape(-1), 32, "cpu", torch.float64)
+
+    repeated = torch.randn(64, 32, dtype=torch.float64)[torch.arange(256) % 64]
+    repeated[:, 1] = torch.randn(256, dtype=torch.float64)  # off the probes
+    assert rows(repeated) == Repetition(4.0, 64)
+    signed = repeated.clone()
+    signed[:128, 24] *= -1
+    assert rows(signed) == Repetition(2.0, 128)
+    swapped = repeated.clone()
+    swapped[:128, [0, 8]] = repeated[:128, [8, 0]]
+    assert rows(swapped) == Repetition(2.0, 128)
+    assert rows(torch.randn(256, 32, dtype=torch.float64)) is None
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (7,), (2, 1, 3), (1,), (), (4, 0, 2)])
+def test_element_index_matches_torch(shape):
+    for flat in range(math.prod(shape)):
+        assert element_index(flat, shape) == tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+    assert element_index(0, ()) == ()
 
 
 def test_repetition_survives_the_records_round_trip():
