@@ -407,9 +407,11 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
-    # Composed of several ops (composite_terms.py): gelu's 1 + erf cancels forward; softsign's and
-    # normalize's gradients add paths through each use of x, which cancel.
-    "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms),
+    # Composed of several ops (composite_terms.py): gelu's 1 + erf cancels forward, and its gradient's
+    # two halves near x = -0.75; softsign's and normalize's gradients add paths through each use of x,
+    # which cancel.
+    "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms,
+                             grad_sensitivities=composite_terms.gelu_gradient_terms),
     "softsign": AccumulationRule(elementwise, grad_term_norms=composite_terms.softsign_gradient_terms),
     "normalize": AccumulationRule(lambda a, k: _reduced(_input(a, k), argument(a, k, 2, "dim", default=1)),
                                   grad_term_norms=composite_terms.normalize_gradient_terms),

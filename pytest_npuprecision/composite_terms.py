@@ -56,6 +56,23 @@ def gelu_terms(args, kwargs) -> torch.Tensor:
     return 0.5 * x.abs() * (1 + APPROXIMATION * inner.abs())
 
 
+def gelu_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+    """gelu'(x) = (1 + f)/2 + x f'/2 with f = erf(x / sqrt 2) (or the tanh form): near x = -0.75 the two
+    halves cancel to a tenth of either, which a fair vectorized kernel computes to a few ulp each.
+    The terms are g/2 (1 + |f|) and g |x f'| / 2, each to within APPROXIMATION unit roundoffs; f' also
+    moves with its exponential's rounded argument, x^2/2 of them (with tanh, 1 - f^2 with each square)."""
+    x = _double(argument(args, kwargs, 0, "input"))
+    g = _double(cotangent).to(x.device).abs()
+    if argument(args, kwargs, 1, "approximate", default="none") == "tanh":
+        inner = torch.tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3)))
+        slope = 0.7978845608028654 * (1 + 0.134145 * x.square())
+        moved = slope * APPROXIMATION * (1 + inner.square())
+    else:
+        inner = torch.erf(x * 0.7071067811865476)
+        moved = 0.7978845608028654 * torch.exp(-x.square() / 2) * (APPROXIMATION + x.square() / 2)
+    return {"input": g * 0.5 * ((1 + APPROXIMATION * inner.abs()) + x.abs() * moved)}
+
+
 def trapezoid_terms(args, kwargs, cumulative: bool = False) -> torch.Tensor:
     """trapezoid(y, x) sums dx_i (y_i + y_i+1) / 2, which cancel where y or dx changes sign; a fair
     kernel rounds each difference, sum and product: the terms are |dx_i| (|y_i| + |y_i+1|) / 2, and
