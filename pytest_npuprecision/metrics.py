@@ -644,7 +644,8 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
 
     n = a.numel()
     zero = torch.zeros((), dtype=torch.int64, device=device)
-    sums = torch.stack([x.to(torch.float64) for x in (
+    # stack promotes the counts to the sums' dtype: exact, as a chunk holds at most _MAX_CHUNK elements
+    sums = torch.stack((
         count(both), zero if all_finite else count(nan_a), zero if all_finite else count(nan_g),
         zero if all_finite else count(inf_a), zero if all_finite else count(inf_g),
         zero if all_finite else count(nonfinite_mismatch), n - count(same),
@@ -654,7 +655,7 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         count(((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) | (bound_ratio <= 1)) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
-    )])
+    )).to(torch.float64)
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
     max_indices = torch.stack([m.indices for m in maxima]) + offset
