@@ -217,7 +217,7 @@ class Metrics:
 
 def element_index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     """The index in ``shape`` of flat (row-major) index ``flat``. Plain arithmetic: torch.unravel_index
-    imports sympy on its first call, seconds that every fresh process (every xdist worker) would pay."""
+    imports sympy on its first call, half a second that every fresh process (each xdist worker) pays."""
     index = []
     for size in reversed(shape):
         flat, i = divmod(flat, size) if size else (flat, 0)
