@@ -51,6 +51,22 @@ def _contracted(args, kwargs) -> int:
     return math.prod(max(a.shape[i], b.shape[j]) for i, j in pairs) if pairs else 1
 
 
+def _recurrent(args, kwargs) -> int:
+    """torch.gru / lstm / rnn_tanh / rnn_relu (padded or packed): each output ends T steps, and each
+    step sums the layer's input and its previous hidden state through the weights; the recurrence
+    carries every step's error on, as a random walk where it contracts: T (input + hidden) terms."""
+    packed = isinstance(args[1], torch.Tensor) and args[1].dim() == 1 and not args[1].is_floating_point()
+    x, hx = args[0], args[2] if packed else args[1]
+    hidden = (hx[0] if isinstance(hx, (list, tuple)) else hx).shape[-1]
+    bidirectional, batch_first = (args[8], False) if packed else (args[7], args[8])
+    if packed:
+        steps = args[1].numel()
+    else:
+        steps = x.shape[1 if batch_first and x.dim() == 3 else 0]
+    features = max(x.shape[-1], hidden * (2 if bidirectional else 1))  # a deeper layer reads both directions
+    return max(steps, 1) * (features + hidden)
+
+
 def _over_last_dim(args, kwargs) -> bool:
     """softmax normalizes runs of consecutive elements only over the last dim."""
     x = _input(args, kwargs)
@@ -403,6 +419,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "pairwise_distance": AccumulationRule(lambda a, k: _input(a, k).shape[-1] if _input(a, k).dim() else 1),
     "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
     "tensordot": AccumulationRule(lambda a, k: _contracted(a, k), squared=True),
+    **{name: AccumulationRule(_recurrent) for name in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     "var": _statistic("var"), "std": _statistic("std"),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
