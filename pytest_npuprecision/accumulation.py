@@ -67,6 +67,16 @@ def _recurrent(args, kwargs) -> int:
     return max(steps, 1) * (features + hidden)
 
 
+def _multi_head_attention(args, kwargs) -> int:
+    """multi_head_attention_forward: three projections of E terms each (the query's or key's, the
+    value's, the output's), each head's scores of E / heads terms, and the softmax and weighted sum
+    over S keys: 3 E + 2 S + E / heads terms, their errors added as a random walk."""
+    embed = argument(args, kwargs, 0, "query").shape[-1]
+    keys = argument(args, kwargs, 1, "key").shape[0]
+    heads = max(int(argument(args, kwargs, 4, "num_heads")), 1)
+    return 3 * embed + 2 * keys + embed // heads
+
+
 def _over_last_dim(args, kwargs) -> bool:
     """softmax normalizes runs of consecutive elements only over the last dim."""
     x = _input(args, kwargs)
@@ -420,6 +430,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "cdist": AccumulationRule(lambda a, k: _input(a, k).shape[-1]),
     "tensordot": AccumulationRule(lambda a, k: _contracted(a, k), squared=True),
     **{name: AccumulationRule(_recurrent) for name in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
+    "multi_head_attention_forward": AccumulationRule(_multi_head_attention),
     "var": _statistic("var"), "std": _statistic("std"),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
