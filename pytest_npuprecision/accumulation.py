@@ -98,7 +98,8 @@ def _loss_length(reduction_index: int, per_sample: Callable[[torch.Tensor], int]
 
 
 def _classes_then_batch(x: torch.Tensor) -> int:
-    return _class_count(x) + x.numel() // max(_class_count(x), 1)
+    classes = _class_count(x)
+    return classes + x.numel() // max(classes, 1)
 
 
 def _group_norm_length(args, kwargs) -> int:

@@ -44,16 +44,24 @@ def normalize_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str,
 APPROXIMATION = 4
 
 
+_SQRT_2_OVER_PI = 0.7978845608028654
+_TANH_CUBIC = 0.044715  # tanh's approximation: f = tanh(sqrt(2 / pi) (x + 0.044715 x^3))
+
+
+def _gelu_factor(args, kwargs) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(x in float64, f = erf(x / sqrt 2) or its tanh form, whether the tanh form) of a gelu call."""
+    x = _double(argument(args, kwargs, 0, "input"))
+    tanh = argument(args, kwargs, 1, "approximate", default="none") == "tanh"
+    f = torch.tanh(_SQRT_2_OVER_PI * (x + _TANH_CUBIC * x.pow(3))) if tanh else torch.erf(x * 0.7071067811865476)
+    return x, f, tanh
+
+
 def gelu_terms(args, kwargs) -> torch.Tensor:
     """gelu(x) = x/2 (1 + erf(x / sqrt 2)) (or tanh's approximation): below x of about -3 the factor
     1 + erf cancels to a few ulp of 1, which a fair kernel rounds there; the terms are x/2 and x/2 erf,
     the second to within APPROXIMATION unit roundoffs."""
-    x = _double(argument(args, kwargs, 0, "input"))
-    if argument(args, kwargs, 1, "approximate", default="none") == "tanh":
-        inner = torch.tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3)))
-    else:
-        inner = torch.erf(x * 0.7071067811865476)
-    return 0.5 * x.abs() * (1 + APPROXIMATION * inner.abs())
+    x, f, _ = _gelu_factor(args, kwargs)
+    return 0.5 * x.abs() * (1 + APPROXIMATION * f.abs())
 
 
 def gelu_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -61,16 +69,13 @@ def gelu_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str, torc
     halves cancel to a tenth of either, which a fair vectorized kernel computes to a few ulp each.
     The terms are g/2 (1 + |f|) and g |x f'| / 2, each to within APPROXIMATION unit roundoffs; f' also
     moves with its exponential's rounded argument, x^2/2 of them (with tanh, 1 - f^2 with each square)."""
-    x = _double(argument(args, kwargs, 0, "input"))
+    x, f, tanh = _gelu_factor(args, kwargs)
     g = _double(cotangent).to(x.device).abs()
-    if argument(args, kwargs, 1, "approximate", default="none") == "tanh":
-        inner = torch.tanh(0.7978845608028654 * (x + 0.044715 * x.pow(3)))
-        slope = 0.7978845608028654 * (1 + 0.134145 * x.square())
-        moved = slope * APPROXIMATION * (1 + inner.square())
+    if tanh:
+        moved = _SQRT_2_OVER_PI * (1 + 3 * _TANH_CUBIC * x.square()) * APPROXIMATION * (1 + f.square())
     else:
-        inner = torch.erf(x * 0.7071067811865476)
-        moved = 0.7978845608028654 * torch.exp(-x.square() / 2) * (APPROXIMATION + x.square() / 2)
-    return {"input": g * 0.5 * ((1 + APPROXIMATION * inner.abs()) + x.abs() * moved)}
+        moved = _SQRT_2_OVER_PI * torch.exp(-x.square() / 2) * (APPROXIMATION + x.square() / 2)
+    return {"input": g * 0.5 * ((1 + APPROXIMATION * f.abs()) + x.abs() * moved)}
 
 
 def trapezoid_terms(args, kwargs, cumulative: bool = False) -> torch.Tensor:
