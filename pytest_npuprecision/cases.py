@@ -17,7 +17,7 @@ import torch
 from .arguments import DescriptorError, DumpDataError, materialize
 from .allowlist import unsafe_argument
 from .autocast import dtype_differences, inferred_autocast, recorded_dtypes
-from .backends import Backend, DumpedOutputs, load_backend
+from .backends import Backend, DumpedOutputs, float32_modes_of, load_backend
 from .budget import case_bytes
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
@@ -25,6 +25,7 @@ from .dump_entries import EntryUnreadable
 from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
+from .math_modes import DEFAULT_POLICY, family_of
 from .metrics import Accumulation, Metrics
 from .namesakes import NoSingleNamesake, unknown_keywords
 from .ops import choose_namesake, resolve
@@ -64,6 +65,7 @@ class Settings:
     golden: Backend = field(default_factory=lambda: Backend("cpu"))  # computes in float64
     baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
     max_case_bytes: int | None = None  # a case estimated to need more is skipped as too-large; None: no limit
+    float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
@@ -73,6 +75,7 @@ class Settings:
         """What this run compared, with every backend's versions and settings: the reports' run.json."""
         baseline = self.baseline.info().as_dict() if isinstance(self.baseline, Backend) else None
         return {"device": self.device.info().as_dict(), "golden": self.golden_label,
+                "float32": {"policy": self.float32, "device_modes": float32_modes_of(self.device).as_dict()},
                 "golden_backend": self.golden.info().as_dict(), "baseline": self.baseline_label,
                 "baseline_backend": baseline, "seed": "crc32(case id) per case"}
 
@@ -118,6 +121,9 @@ class CaseResult:
     baseline: str = "none"  # "none", "live", "recorded", or "missing" from the recorded file
     guesses: tuple[str, ...] = ()  # what the verdict rests on beyond the dump: rebuilt arguments, inferred autocast
     dtype_differences: tuple[str, ...] = ()  # outputs judged in another dtype than the dump recorded
+    # The device's float32 math mode for the op ("ieee", "tf32", "hf32"), where the op is a matmul, conv
+    # or rnn with a float32 result; None elsewhere.
+    float32_mode: str | None = None
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -188,13 +194,21 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
         rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
     overflowed = run.overflowed if backward else None
     notes = (*guesses, *run.notes)
-    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed)
-                    for out in compared)
+    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,
+                            settings.float32) for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
     return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
                       run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
-                      guesses=guesses, dtype_differences=tuple(differences))
+                      guesses=guesses, dtype_differences=tuple(differences),
+                      float32_mode=_float32_mode(op.base_name, compared, settings.device))
+
+
+def _float32_mode(base_name: str, compared, device: Backend) -> str | None:
+    if family_of(base_name) is None or not any(o.actual.dtype == torch.float32 for o in compared):
+        return None
+    modes = float32_modes_of(device)
+    return modes.for_op(base_name).name if modes.known else "unknown"
 
 
 def _output_of(entry: Any) -> Any:
@@ -280,9 +294,10 @@ def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None
 
 
 def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...],
-            recorded: Metrics | None, overflowed: str | None) -> OutputVerdict:
+            recorded: Metrics | None, overflowed: str | None, float32: str) -> OutputVerdict:
     baseline = out.baseline if out.baseline is not None else recorded
     verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation or Accumulation(),
-                    rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype, spread=out.spread)
+                    rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype, spread=out.spread,
+                    float32=float32)
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)

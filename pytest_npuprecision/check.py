@@ -14,6 +14,7 @@ import torch
 
 from .backends import Backend, load_backend
 from .judging import judge
+from .math_modes import DEFAULT_POLICY
 from .metrics import Accumulation
 from .opcases.registry import registered_op
 from .namesakes import NoSingleNamesake
@@ -47,7 +48,7 @@ class CallVerdict:
 def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch.device | str = "cpu",
                golden: Backend | None = None, baseline: Backend | str | None = None, backward: bool = False,
                reference: Callable[..., Any] | None = None, rules: Rules | None = None, seed: int = 0,
-               **kwargs: Any) -> CallVerdict:
+               float32: str = DEFAULT_POLICY, **kwargs: Any) -> CallVerdict:
     """Run ``op(*args, **kwargs)`` on ``device`` and on the float64 golden and judge it.
 
     op: a callable (``torch.matmul``, your kernel) or a name as dumps and op cases write it
@@ -55,6 +56,8 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     their dtype, moved to each side's device. backward: also judge the gradient of every
     floating-point tensor argument, for output gradients drawn from ``seed``. reference: what the
     golden calls instead (in float64), where ``op`` is your own kernel that fixes its dtypes inside.
+    float32: how float32 ops the device ran in TF32 or HF32 are judged: "as-run" (at that format's
+    rounding of the inputs) or "ieee" (at float32's own; a fair TF32 kernel then fails, saying so).
     """
     resolved = _resolved(op)
     if resolved.namesakes:  # "Torch.svd": torch.svd or torch.linalg.svd, as msprobe names both
@@ -72,7 +75,7 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,
                                     overflowed=run.overflowed if direction == "backward" else None,
-                                    dtype=out.judged_dtype, spread=out.spread))
+                                    dtype=out.judged_dtype, spread=out.spread, float32=float32))
                    for direction, outs in (("forward", run.outputs), ("backward", run.grads)) for out in outs)
     return CallVerdict(resolved.api_name, judged, tuple(run.notes))
 

@@ -10,6 +10,7 @@ import torch
 
 from .accumulation import ACCUMULATION_RULES
 from .dtypes import float_format, parse_dtype
+from .math_modes import DEFAULT_POLICY, POLICIES, MathMode
 from .metrics import Accumulation, Metrics, compute_metrics, compute_metrics_each, element_index
 from .rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from .second_look import widened
@@ -31,6 +32,7 @@ def judge(
     overflowed: str | None = None,
     inputs: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
     spread: torch.Tensor | Callable[[], torch.Tensor | str | None] | None = None,
+    float32: str = DEFAULT_POLICY,
 ) -> Verdict:
     """Judge a device-under-test output against a high-precision golden.
 
@@ -51,6 +53,9 @@ def judge(
     rounding (or a function that measures it, called only when needed, returning a reason string
     where it cannot). A failing output without a baseline is then judged again, its elements within
     a few spreads excused: the second look (second_look.py). Dump cases and check_call measure it.
+    float32: where ``accumulation.math_mode`` says the device ran float32 in a narrower format (TF32,
+    HF32): "as-run" judges at that format's rounding of the inputs, "ieee" at float32's own; either
+    way a note names the mode (math_modes.py).
     """
     rules = rules or Rules.default()
     actual = _tensor(actual, "actual")
@@ -79,18 +84,51 @@ def judge(
     accumulation = _accumulation(name, op, accumulation, inputs)
     if rules.roundings(name) > accumulation.roundings:
         accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
+    if float32 not in POLICIES:
+        raise ValueError(f"float32 {float32!r} is not a policy: use one of {', '.join(POLICIES)}")
+    mode = accumulation.math_mode if target.is_floating_point and accumulation.input_share(float_format(target)) \
+        else None
+    if mode is not None and float32 != "as-run":
+        accumulation = dataclasses.replace(accumulation, math_mode=None)
     judged = _Judgement(rules, name, op, target, rule, accumulation, standard, tuple(notes), overflowed)
+    verdict = _looked_twice(judged, actual, golden, baseline, recorded, spread)
+    return verdict if mode is None else _mode_noted(judged, verdict, mode, float32, actual, golden, baseline, recorded)
+
+
+def _looked_twice(judged: "_Judgement", actual, golden, baseline, recorded, spread) -> Verdict:
+    """The verdict, and where it fails with nothing to compare against, the second look's."""
     first = judged.verdict(actual, golden, baseline, recorded)
     # With a baseline, its own error shows what these inputs allow a fair kernel: no second look.
     if spread is None or first.status is not Status.ERROR or first.standard == "binary" \
             or baseline is not None or recorded is not None \
             or first.checks[0].metric == "nonfinite_mismatch" and first.checks[0].status is Status.ERROR:
         return first
-    if accumulation.exactly_rounded:
+    if judged.accumulation.exactly_rounded:
         return dataclasses.replace(first, notes=first.notes + (
             "second look not taken: the op rounds its exact result once, so however far the result "
             "cancels, the inputs' conditioning explains no more than half an ulp of it",))
     return _second_look(judged, first, actual, golden, spread)
+
+
+def _mode_noted(judged: "_Judgement", verdict: Verdict, mode: MathMode, float32: str, actual, golden, baseline,
+                recorded) -> Verdict:
+    """The verdict with a note that names the float32 math mode and what it changed."""
+    ran = f"the device ran this float32 op in {mode.label} ({mode.setting})"
+    if float32 == "as-run":
+        ieee = dataclasses.replace(judged, accumulation=dataclasses.replace(judged.accumulation, math_mode=None))
+        own = ieee.verdict(actual, golden, baseline, recorded)
+        past = [c.describe() for c in own.checks if c.status is Status.ERROR]
+        against = ("within float32's own bound too" if not past else
+                   "against float32's own bound it would fail: " + "; ".join(past))
+        note = (f"{ran}: judged at {mode.label}'s rounding of the inputs ({mode.mantissa_bits} mantissa bits); "
+                f"{against}; --npu-precision-fp32 ieee demands IEEE float32")
+    elif verdict.status is Status.ERROR:
+        note = (f"{ran}: a fair {mode.label} kernel errs past float32's own bound. Turn it off in training with "
+                f"`{mode.switch_off}`, check the kernel without it with --npu-precision-fp32 run-ieee, or judge it "
+                f"as run with --npu-precision-fp32 as-run")
+    else:
+        note = f"{ran}, and stays within float32's own bound"
+    return dataclasses.replace(verdict, notes=verdict.notes + (note,))
 
 
 def _second_look(judged: "_Judgement", first: Verdict, actual, golden, spread) -> Verdict:

@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from .dtypes import FloatFormat, float_format
+from .math_modes import MathMode
 
 # An element whose golden is below this share of the L2 norm of its summed terms has cancelled
 # four bits or more: its |error| / |golden| measures the cancellation, not the kernel.
@@ -65,6 +66,18 @@ class Accumulation:
     # The outputs of one sum err together (rows that share a factor, wherever they lie; a prefix
     # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.
     correlated: bool = False
+    # The device's float32 math mode for this op where it is narrower than float32 (TF32, HF32):
+    # each factor of the summed terms was rounded to it before the products (math_modes.py).
+    math_mode: MathMode | None = None
+
+    def input_share(self, fmt: FloatFormat) -> float:
+        """The bound's multiple of the term norms for inputs rounded to the math mode's format: each
+        product's two factors rounded once each, 2·u_in, independent errors that add over the terms
+        as the norm does. Nothing where the output's own dtype is no wider than the mode's format."""
+        mode = self.math_mode
+        if mode is None or mode.mantissa_bits >= fmt.mantissa_bits:
+            return 0.0
+        return 2 * mode.unit_roundoff
 
     def one_rounding(self, fmt: FloatFormat) -> bool:
         """Whether an output in ``fmt`` is one rounding of a wider computation."""
@@ -559,7 +572,8 @@ class _GoldenChunk:
         tiny = math.ldexp(1.0, fmt.min_exponent)
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
-        self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, acc.per_scale(fmt), golden_rms, work)
+        self.bound = _error_bound(abs_g, term_norm, sensitivity, fmt, acc.per_scale(fmt), golden_rms, work,
+                                  acc.input_share(fmt))
         # Where the golden lies within its bound of zero (a sum that cancelled: a conv's bias gradient
         # ahead of a batch norm) any error makes |actual| larger: that says nothing of a scaling, so
         # growth in magnitude counts only where the golden's sign is settled.
@@ -572,13 +586,19 @@ class _GoldenChunk:
         self.constant_share = fmt.unit_roundoff * abs_g / self.bound
 
 
-def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work):
-    """u·|golden| + per_scale·scale (+ the sensitivity's share): see ErrorBound."""
+def _error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work,
+                 input_share: float = 0.0):
+    """u·|golden| + per_scale·scale (+ the sensitivity's and the math mode's shares): see ErrorBound."""
     scale = abs_g.clamp(min=golden_rms)
+    terms = None
     if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
-        scale = torch.where(torch.isfinite(term_norm), term_norm + abs_g, scale)
+        finite = torch.isfinite(term_norm)
+        scale = torch.where(finite, term_norm + abs_g, scale)
+        terms = torch.where(finite, term_norm, scale) if input_share else None
     floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
     bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
+    if input_share:  # rounded inputs err per term, so they cancel with the terms, not with |golden|
+        bound = bound + input_share * (scale if terms is None else terms)
     if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
         bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
     return bound

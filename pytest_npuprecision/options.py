@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from .math_modes import DEFAULT_POLICY, POLICIES, declared_modes
 from .sizes import parse_size
 
 # Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
 VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",
-                    "npu_precision_rules": None}
+                    "npu_precision_rules": None, "npu_precision_fp32": DEFAULT_POLICY,
+                    "npu_precision_fp32_modes": None}
 PROFILE_NAMES = ("ci", "dev", "thorough")  # opcases.search.PROFILES, named here without importing Hypothesis
 DEFAULT_CASE_PATTERNS = ("op_cases*.yaml", "op_cases*.yml")
 # Options that ask for the plugin's reports or gate: the run needs the plugin's core from its start.
@@ -43,6 +45,13 @@ def add_options(parser: pytest.Parser) -> None:
                          "for --npu-precision-baseline FILE on another machine")
     group.addoption("--npu-precision-allow-tf32", action="store_true", default=False,
                     help="let a cuda golden or baseline use TF32 (off by default: it is less precise)")
+    group.addoption("--npu-precision-fp32", default=DEFAULT_POLICY, choices=tuple(POLICIES), metavar="POLICY",
+                    help="float32 ops a device runs in TF32 or HF32: " + "; ".join(
+                        f"{name}: {meaning}" for name, meaning in POLICIES.items()) + f" (default {DEFAULT_POLICY})")
+    group.addoption("--npu-precision-fp32-modes", default=None, type=float32_modes, metavar="MODES",
+                    help="the device's float32 math modes where it cannot tell them: a dump judged offline, or "
+                         "CANN's ACL_PRECISION_MODE on an NPU: FAMILY=MODE pairs (conv=hf32,matmul=ieee; "
+                         "families matmul, conv, rnn) or an ACL_PRECISION_MODE value (allow_fp32_to_fp16)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
     group.addoption("--npu-precision-max-case-memory", default=None, type=memory_size, metavar="SIZE",
@@ -81,6 +90,14 @@ def memory_size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def float32_modes(text: str) -> str:
+    try:
+        declared_modes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def margin(text: str) -> float:

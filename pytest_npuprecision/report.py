@@ -198,6 +198,25 @@ class Collector:
 _LISTED = 5  # at most this many cases per kind of line
 
 
+def _math_mode_lines(records: list[dict]) -> list[str]:
+    """How many float32 cases the device ran in a narrower math mode (TF32, HF32), and what that means."""
+    reduced: dict[str, int] = {}
+    for record in records:
+        mode = record.get("float32_mode")
+        if mode not in (None, "ieee", "unknown"):
+            reduced[mode] = reduced.get(mode, 0) + 1
+    unknown = sum(record.get("float32_mode") == "unknown" for record in records)
+    lines = []
+    if reduced:
+        ran = ", ".join(f"{count} in {mode}" for mode, count in sorted(reduced.items()))
+        lines.append(f"float32 math modes: {ran} (matmul, conv or rnn cases the device ran with narrower inputs); "
+                     f"judged as the run's --npu-precision-fp32 says (docs/standards.md#float32-math-modes)")
+    if unknown:
+        lines.append(f"float32 math modes: {unknown} float32 matmul, conv or rnn cases with no recorded mode, "
+                     f"judged as IEEE: tell the run with --npu-precision-fp32-modes (conv=hf32 for torch_npu's default)")
+    return lines
+
+
 def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: list[Path],
                   strict_warnings: bool, root: Path | None = None) -> list[str]:
     """The terminal summary: short, and the same for the same records whatever the order they came in."""
@@ -230,6 +249,7 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines.append(f"second look: {len(second)} cases pass because the op's conditioning at their inputs explains "
                      f"their error: " + ", ".join(r["case_id"] for r in second[:_LISTED]))
         lines += _more(second, "cases passed on the second look")
+    lines += _math_mode_lines(records)
     overflowed = [r for r in records if r["status"] == "overflow"]
     lines += [f"overflow: {r['case_id']}: {_overflow_text(r)}" for r in overflowed[:_LISTED]]
     lines += _more(overflowed, "overflows")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .math_modes import describe_modes
+
 if TYPE_CHECKING:
     from .cases import Settings
 
@@ -46,9 +48,17 @@ class RunFacts:
     def baseline_label(self) -> str:
         return self.described["baseline"]
 
+    @property
+    def float32_text(self) -> str:
+        """'float32 matmul ieee, conv tf32, rnn tf32 (judged as-run)': the device's modes and the policy."""
+        float32 = self.described.get("float32")
+        if not float32:
+            return "float32 ieee"
+        return f"{describe_modes(float32['device_modes'])} (judged {float32['policy']})"
+
     def header(self) -> str:
         """The one line that says what this run compared: device, golden, baseline and seeds."""
-        return (f"npu-precision: device {self.device_text}, golden {self.golden_label}, "
+        return (f"npu-precision: device {self.device_text}, {self.float32_text}, golden {self.golden_label}, "
                 f"baseline {self.baseline_label}, seed {SEED}")
 
 
@@ -60,7 +70,8 @@ def checked_only_by_loading(config: pytest.Config) -> bool:
 def options_header(config: pytest.Config) -> str:
     """The xdist controller's header, before any worker has loaded a backend: the options as given."""
     return (f"npu-precision: device {config.getoption('npu_precision_device')} (resolved by the xdist "
-            f"workers: see the end of the run), golden {config.getoption('npu_precision_golden')} float64, "
+            f"workers: see the end of the run), float32 judged {config.getoption('npu_precision_fp32')}, "
+            f"golden {config.getoption('npu_precision_golden')} float64, "
             f"baseline {config.getoption('npu_precision_baseline')}, seed {SEED}")
 
 

@@ -22,8 +22,9 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import torch
 
-from .backends import Backend, auto_backend, load_backend
+from .backends import Backend, auto_backend, float32_modes_of, load_backend
 from .canonical import aligned
+from .math_modes import MathMode, family_of
 from .metrics import Accumulation
 from .ops import ResolvedOp
 from .perturbed import GoldenSpread
@@ -59,6 +60,7 @@ class RunResult:
     notes: tuple[str, ...] = ()
     error: str | None = None  # device and golden (or dump) disagree on the structure of the results
     overflowed: str | None = None  # the device's forward left its dtype's range where the exact result does
+    math_mode: MathMode | None = None  # the device's float32 mode for this op, where narrower than float32
 
     @property
     def ok(self) -> bool:
@@ -266,6 +268,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
     reference = reference if reference is not None else op.reference
     golden_op = op if reference is None else replace(op, func=reference)
+    math_mode = _math_mode(device_backend, golden_op, args, kwargs, notes)
 
     device_side = Side(f"device ({device_backend.name})", device_backend, autocast=autocast, seed=seed)
     if recorded is None:
@@ -320,7 +323,8 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
 
     def accumulation(name: str, actual: torch.Tensor) -> Accumulation:
         if not forward_acc:
-            forward_acc.append(forward_accumulation(golden_op, args, kwargs, golden_side, notes))
+            forward_acc.append(replace(forward_accumulation(golden_op, args, kwargs, golden_side, notes),
+                                       math_mode=math_mode))
         # A norm's rows share their factor in its result, not in the statistics it also returns.
         return forward_acc[0] if name == "output.0" else replace(forward_acc[0], shared=False, correlated=False)
 
@@ -347,7 +351,9 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
             if dev_grads.get(path) is None and gold_grads.get(path) is None and recorded is None:
                 notes.append(f"grad.{path} is None: {path} does not reach a differentiated output; omitted")
         out_numel = sum(t.numel() for n, t in gold.outputs if n in cotangents and isinstance(t, torch.Tensor))
-        accs = grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel, notes)
+        accs = {name: replace(acc, math_mode=math_mode) for name, acc in
+                grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel,
+                                   notes).items()}
         grads, grad_error = _pair(device_side, _named_grads(dev_grads), golden_side, _named_grads(gold_grads),
                                   notes, lambda n, t: accs.get(n))
         if base is not None:
@@ -361,7 +367,20 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
-        overflowed=overflowed)
+        overflowed=overflowed, math_mode=math_mode)
+
+
+def _math_mode(device: Backend, op: ResolvedOp, args, kwargs, notes: list[str]) -> MathMode | None:
+    """The device's float32 mode for this op where narrower than float32; None where IEEE. The
+    bounds widen for it only where an output is float32 (Accumulation.input_share)."""
+    modes = float32_modes_of(device)
+    mode = modes.for_op(op.base_name)
+    if not modes.known and family_of(op.base_name) is not None and any(
+            t.dtype == torch.float32 for t in tensor_paths(args, kwargs).values()):
+        notes.append(f"no float32 math mode is recorded for {device.name}: {op.api_name} is judged as IEEE float32 "
+                     f"(a float32 conv computed in HF32, torch_npu's default, fails so: tell the run its modes "
+                     f"with --npu-precision-fp32-modes, e.g. conv=hf32)")
+    return mode if mode.reduced else None
 
 
 def _complex_split(outputs: list[RunOutput]) -> list[RunOutput]:

@@ -37,6 +37,26 @@ def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
         raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
 
 
+def _device_option(config: pytest.Config) -> Backend:
+    """The device under test, told its float32 modes or pinned to IEEE float32 as the options say."""
+    from .backends import BackendError
+    from .math_modes import declared_modes
+
+    device = backend_option(config, "npu_precision_device", "device")
+    declared = config.getoption("npu_precision_fp32_modes")
+    if declared is not None:
+        device.declared_float32 = declared_modes(declared)
+    if config.getoption("npu_precision_fp32") == "run-ieee":
+        if declared is not None:
+            raise pytest.UsageError("--npu-precision-fp32 run-ieee pins the device's float32 modes, so "
+                                    "--npu-precision-fp32-modes cannot also declare them: give one of the two")
+        try:
+            device.pin_ieee_float32()
+        except BackendError as exc:
+            raise pytest.UsageError(f"--npu-precision-fp32 run-ieee: {exc}") from None
+    return device
+
+
 def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
     from .baseline import BaselineFileError, RecordedBaseline
 
@@ -72,7 +92,7 @@ def settings_for(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"--npu-precision-golden {golden!r} cannot compute in float64 here: use cpu "
                                     f"or cuda[:N]")
         config.stash[_SETTINGS] = Settings(
-            device=backend_option(config, "npu_precision_device", "device"), rules=rules,
+            device=_device_option(config), rules=rules, float32=config.getoption("npu_precision_fp32"),
             golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config),
             max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget())
     return config.stash[_SETTINGS]

@@ -215,8 +215,8 @@ def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
     result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "cpu",
                                 "--npu-precision-baseline", "cpu", "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
-    assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), golden cpu float64, "
-            f"baseline cpu same dtype, seed crc32(case id) per case") in result.stdout.lines
+    assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), float32 ieee (judged as-run), "
+            f"golden cpu float64, baseline cpu same dtype, seed crc32(case id) per case") in result.stdout.lines
 
 
 def test_every_report_records_device_golden_baseline_and_seed(pytester, user_module):
@@ -230,11 +230,14 @@ def test_every_report_records_device_golden_baseline_and_seed(pytester, user_mod
                    "machine": platform.machine(), "device": dict(cpu, name="made-by-a-function"),
                    "golden": "cpu float64", "golden_backend": cpu, "baseline": "cpu same dtype",
                    "baseline_backend": cpu, "seed": "crc32(case id) per case",
+                   "float32": {"policy": "as-run",
+                               "device_modes": {"matmul": "ieee", "conv": "ieee", "rnn": "ieee", "known": True}},
                    "torch_threads": {"source": "torch default", "threads_per_process": None}}
     records = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(isinstance(r["seed"], int) for r in records)
     assert {(r["device"], r["golden"], r["baseline"]) for r in records} == {
         ("made-by-a-function", "cpu float64", "cpu same dtype")}
+    assert {r["float32_mode"] for r in records} == {"ieee"}  # a float32 linear, forward and backward
     junit = ElementTree.parse(pytester.path / "r" / "junit.xml")
     for case, record in zip(junit.iter("testcase"), records):
         properties = {p.get("name"): p.get("value") for p in case.iter("property")}

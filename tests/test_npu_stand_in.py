@@ -45,7 +45,8 @@ def stand_in(monkeypatch):
 
 def header(name: str, versions: str, settings: str) -> str:
     return (f"npu-precision: device {name} (Ascend910B2-standin; torch {torch.__version__}, {versions}; {settings}), "
-            f"golden cpu float64, baseline none, seed crc32(case id) per case")
+            f"float32 matmul ieee, conv hf32, rnn ieee (judged as-run), golden cpu float64, baseline none, "
+            f"seed crc32(case id) per case")
 
 
 # ---------------------------------------------------------------- torch_npu that does not import

@@ -67,8 +67,8 @@ def test_the_controller_never_imports_torch_or_hypothesis_and_still_reports(tmp_
 
     lines = done.stdout.splitlines()
     # The header comes before any worker has loaded a backend; the summary names what they loaded.
-    assert ("npu-precision: device auto (resolved by the xdist workers: see the end of the run), golden cpu "
-            "float64, baseline none, seed crc32(case id) per case") in lines
+    assert ("npu-precision: device auto (resolved by the xdist workers: see the end of the run), float32 judged "
+            "as-run, golden cpu float64, baseline none, seed crc32(case id) per case") in lines
     described = auto_backend().info().describe()
     assert f"npu-precision: the xdist workers ran device {described}" in lines
     if device == "cpu":

@@ -17,7 +17,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from .base import Backend, BackendError, BackendInfo
+from .base import Backend, BackendError, BackendInfo, float32_modes_of
 from .cuda import CudaBackend
 from .dumped import DUMPED, DumpedOutputs
 from .npu import NpuBackend
@@ -26,7 +26,7 @@ ENTRY_POINT_GROUP = "pytest_npuprecision.backends"
 Role = Literal["device", "golden", "baseline"]
 
 __all__ = ["Backend", "BackendError", "BackendInfo", "CudaBackend", "NpuBackend", "DumpedOutputs", "DUMPED",
-           "ENTRY_POINT_GROUP",
+           "ENTRY_POINT_GROUP", "float32_modes_of",
            "load_backend", "auto_backend"]
 
 

@@ -10,6 +10,8 @@ device or a fault injector is a subclass that overrides what differs and inherit
     to_host(tensor)     an output back as a CPU tensor (or a tensor on any device torch can copy from)
     running(seed)       a context around each forward and backward: per-case seed, flags, determinism
     info()              name, device name, versions and settings, for the header and every report
+    float32_modes()     the float32 math mode of each op family (TF32, HF32 or IEEE), as calls run now
+    pin_ieee_float32()  run every later call in IEEE float32 (--npu-precision-fp32 run-ieee)
 
 The base class is a plain torch device (cpu, or any device type torch knows) with no settings.
 """
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+
+from ..math_modes import IEEE, Float32Modes, half_products, tf32
 
 
 class BackendError(RuntimeError):
@@ -55,6 +59,8 @@ class Backend:
     def __init__(self, device: torch.device | str = "cpu", *, name: str | None = None):
         self.device = torch.device(device)
         self.name = name or str(self.device)
+        self.ieee_float32 = False  # pinned by pin_ieee_float32
+        self.declared_float32: Float32Modes | None = None  # what the run was told (--npu-precision-fp32-modes)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -62,6 +68,25 @@ class Backend:
     def info(self) -> BackendInfo:
         return BackendInfo(self.name, _cpu_name() if self.device.type == "cpu" else self.device.type,
                            (("torch", torch.__version__),))
+
+    def float32_modes(self) -> Float32Modes:
+        """How float32 matmuls, convolutions and recurrent layers run on this backend now.
+
+        The CPU reads oneDNN's switch (``torch.set_float32_matmul_precision("medium")`` lets it use
+        bfloat16 products); any other plain device is IEEE. A backend whose device computes float32
+        in a narrower format overrides this, so that its fair kernels are judged as they ran.
+        """
+        if self.device.type != "cpu" or self.ieee_float32:
+            return Float32Modes()
+        return _onednn_modes()
+
+    def pin_ieee_float32(self) -> None:
+        """Run every later call with the reduced float32 modes off. A backend that reports a reduced
+        mode and cannot turn it off raises BackendError."""
+        self.ieee_float32 = True
+        if self.float32_modes().reduced:
+            raise BackendError(f"backend {self.name!r} reports {self.float32_modes().describe()} and cannot pin "
+                               f"IEEE float32: override pin_ieee_float32 (docs/backends.md), or judge as run")
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # copy=True: in-place ops must never write into the caller's tensors.
@@ -88,7 +113,17 @@ class Backend:
         # Random ops (dropout) draw the same values on every rerun of the case. The CPU generator only:
         # torch.manual_seed also queues a seed for CUDA, recording a stack trace each time (about 1 ms).
         torch.default_generator.manual_seed(seed)
-        yield
+        if self.ieee_float32 and self.device.type == "cpu":
+            with _onednn_ieee():
+                yield
+        else:
+            yield
+
+
+def float32_modes_of(backend: Backend) -> Float32Modes:
+    """The modes a run was told for this backend, else what the backend reads of itself."""
+    declared = getattr(backend, "declared_float32", None)
+    return declared if declared is not None else backend.float32_modes()
 
 
 def _cpu_name() -> str:
@@ -105,3 +140,42 @@ def deterministic() -> Iterator[None]:
         yield
     finally:
         torch.use_deterministic_algorithms(was, warn_only=was_warn)
+
+
+# oneDNN (the CPU's matmul and conv library) takes float32's mode from torch 2.9's per-backend
+# fp32_precision, which torch.set_float32_matmul_precision also sets; older torch has only the latter.
+_ONEDNN_FAMILIES = ("matmul", "conv", "rnn")
+
+
+def _onednn_modes() -> Float32Modes:
+    modes = {}
+    for family in _ONEDNN_FAMILIES:
+        module = getattr(getattr(torch.backends, "mkldnn", None), family, None)
+        precision = getattr(module, "fp32_precision", None)
+        if precision is None and family == "matmul":  # before torch 2.9
+            precision = {"medium": "bf16"}.get(torch.get_float32_matmul_precision(), "ieee")
+        setting = f"torch.backends.mkldnn.{family}.fp32_precision is {precision!r}"
+        switch = f"torch.backends.mkldnn.{family}.fp32_precision = 'ieee' (or torch.set_float32_matmul_precision('highest'))"
+        modes[family] = {"bf16": half_products("bfloat16", setting, switch),
+                         "tf32": tf32(setting, switch)}.get(precision, IEEE)
+    return Float32Modes(**modes)
+
+
+@contextlib.contextmanager
+def _onednn_ieee() -> Iterator[None]:
+    saved = {}
+    for family in _ONEDNN_FAMILIES:
+        module = getattr(getattr(torch.backends, "mkldnn", None), family, None)
+        if module is not None and hasattr(module, "fp32_precision"):
+            saved[module] = module.fp32_precision
+            module.fp32_precision = "ieee"
+    legacy = None if saved else torch.get_float32_matmul_precision()
+    if legacy is not None:
+        torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        for module, value in saved.items():
+            module.fp32_precision = value
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy)

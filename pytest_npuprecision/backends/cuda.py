@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ..math_modes import IEEE, Float32Modes, tf32
 from .base import Backend, BackendError, BackendInfo, deterministic
 
 
@@ -39,6 +40,16 @@ class CudaBackend(Backend):
         matmul, conv = (self.tf32, self.tf32) if self.tf32 is not None else tf32_in_use()
         return BackendInfo(self.name, torch.cuda.get_device_name(self.device), tuple(versions),
                            (("tf32 matmul", _on(matmul)), ("tf32 conv", _on(conv)), ("deterministic", "on")))
+
+    def float32_modes(self) -> Float32Modes:
+        if self.tf32 is not None:
+            pinned = "pinned by the harness" + ("" if self.tf32 else " (--npu-precision-fp32 run-ieee)")
+            mode = tf32(f"TF32 {pinned}", "--npu-precision-fp32 run-ieee") if self.tf32 else IEEE
+            return Float32Modes(mode, mode, mode)
+        return process_modes()
+
+    def pin_ieee_float32(self) -> None:
+        self.tf32 = False
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -68,9 +79,45 @@ def tf32_in_use() -> tuple[bool, bool]:
     Apart, since torch's defaults differ: matmuls in full float32, convolutions in TF32.
     """
     if _has_fp32_precision():
-        return (torch.backends.cuda.matmul.fp32_precision == "tf32",
-                torch.backends.cudnn.conv.fp32_precision == "tf32")
+        return _fp32_precision("cuda.matmul") == "tf32", _fp32_precision("cudnn.conv") == "tf32"
     return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+
+
+def _fp32_precision(path: str) -> str:
+    """torch.backends.PATH.fp32_precision, where "none" inherits from the module above (cudnn.conv from
+    cudnn, then torch.backends): the precision cuBLAS or cuDNN actually gets."""
+    parts = path.split(".")
+    while parts:
+        module = torch.backends
+        for part in parts:
+            module = getattr(module, part, None)
+        value = getattr(module, "fp32_precision", "none")
+        if value != "none":
+            return value
+        parts.pop()
+    return getattr(torch.backends, "fp32_precision", "none")
+
+
+# Where each family's switch lives, by API: (torch 2.9+ fp32_precision module, legacy allow_tf32 module).
+_SWITCHES = {"matmul": ("torch.backends.cuda.matmul", "torch.backends.cuda.matmul"),
+             "conv": ("torch.backends.cudnn.conv", "torch.backends.cudnn"),
+             "rnn": ("torch.backends.cudnn.rnn", "torch.backends.cudnn")}
+
+
+def process_modes() -> Float32Modes:
+    """The float32 mode of cuBLAS matmuls, cuDNN convolutions and cuDNN RNNs as this process set them
+    (PyTorch's defaults: matmuls IEEE, convolutions and RNNs TF32)."""
+    matmul, conv = tf32_in_use()
+    rnn = _fp32_precision("cudnn.rnn") == "tf32" if _has_fp32_precision() else conv
+    modes = {}
+    for family, on in (("matmul", matmul), ("conv", conv), ("rnn", rnn)):
+        new, legacy = _SWITCHES[family]
+        if _has_fp32_precision():
+            setting, switch = f"{new}.fp32_precision is 'tf32'", f"{new}.fp32_precision = 'ieee'"
+        else:
+            setting, switch = f"{legacy}.allow_tf32 is True", f"{legacy}.allow_tf32 = False"
+        modes[family] = tf32(setting, switch) if on else IEEE
+    return Float32Modes(**modes)
 
 
 def _on(flag: bool) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..math_modes import Float32Modes
 from .base import Backend, BackendError, BackendInfo
 
 DUMPED = "dumped"
@@ -25,6 +26,14 @@ class DumpedOutputs(Backend):
     def info(self) -> BackendInfo:
         return BackendInfo(DUMPED, "the results recorded in the dump (no op runs on this side)",
                            (("torch", torch.__version__),))
+
+    def float32_modes(self) -> Float32Modes:
+        """A dump records no math mode: IEEE is assumed, and said (--npu-precision-fp32-modes tells it)."""
+        return Float32Modes(known=False)
+
+    def pin_ieee_float32(self) -> None:
+        raise BackendError("the dumped device runs nothing, so its float32 mode cannot be pinned: "
+                           "use --npu-precision-fp32 ieee or as-run")
 
     def call(self, api: str, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         raise BackendError(f"{api}: the dumped device runs nothing; its results come from the dump")

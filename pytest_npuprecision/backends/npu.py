@@ -5,6 +5,11 @@ Two things the report must carry, because they change what a correct result look
   a NaN as 0, which the inf/nan gate then reports against the golden's inf and NaN. torch_npu tells
   the mode with ``torch_npu.npu.utils.is_support_inf_nan()``; the ``INF_NAN_MODE_ENABLE`` environment
   variable (1 = INF_NAN) sets it before torch_npu starts.
+- Float32 math modes. torch_npu computes float32 convolutions in HF32 by default
+  (``torch.npu.conv.allow_hf32``; matmuls only with ``torch.npu.matmul.allow_hf32``), and CANN's
+  ``ACL_PRECISION_MODE`` allow_fp32_to_fp16 (the default on Atlas training products) computes
+  matrix ops in float16. torch_npu sets that option but cannot read it back, so the run is told it
+  (``--npu-precision-fp32-modes allow_fp32_to_fp16``).
 - Determinism. Each call runs with ``torch.use_deterministic_algorithms`` and a per-case seed, so a
   rerun of a failing case reproduces it.
 """
@@ -19,6 +24,7 @@ from typing import Iterator
 
 import torch
 
+from ..math_modes import IEEE, Float32Modes, hf32
 from .base import Backend, BackendError, BackendInfo, deterministic
 
 
@@ -57,15 +63,48 @@ class NpuBackend(Backend):
         return BackendInfo(self.name, str(torch.npu.get_device_name(self.index)), tuple(versions),
                            (("inf_nan_mode", mode), ("deterministic", "on")))
 
+    def float32_modes(self) -> Float32Modes:
+        return Float32Modes() if self.ieee_float32 else hf32_modes(torch.npu)
+
     def synchronize(self) -> None:
         torch.npu.synchronize()
 
     @contextlib.contextmanager
     def running(self, seed: int) -> Iterator[None]:
-        with deterministic():
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(deterministic())
+            if self.ieee_float32:
+                stack.enter_context(hf32_off(torch.npu))
             torch.manual_seed(seed)
             torch.npu.manual_seed(seed)
             yield
+
+
+# torch_npu's documented defaults, where an older release lacks the switch.
+_HF32_DEFAULTS = {"matmul": False, "conv": True}
+
+
+def hf32_modes(npu: ModuleType) -> Float32Modes:
+    """HF32 for matmuls and convolutions as ``torch.npu.matmul/conv.allow_hf32`` set it now."""
+    modes = {}
+    for family, default in _HF32_DEFAULTS.items():
+        on = bool(getattr(getattr(npu, family, None), "allow_hf32", default))
+        modes[family] = hf32(f"torch.npu.{family}.allow_hf32 is True",
+                             f"torch.npu.{family}.allow_hf32 = False") if on else IEEE
+    return Float32Modes(**modes)
+
+
+@contextlib.contextmanager
+def hf32_off(npu: ModuleType) -> Iterator[None]:
+    switches = [getattr(npu, family, None) for family in _HF32_DEFAULTS]
+    saved = [(module, module.allow_hf32) for module in switches if hasattr(module, "allow_hf32")]
+    for module, _ in saved:
+        module.allow_hf32 = False
+    try:
+        yield
+    finally:
+        for module, value in saved:
+            module.allow_hf32 = value
 
 
 def inf_nan_mode(torch_npu: ModuleType) -> bool | None:

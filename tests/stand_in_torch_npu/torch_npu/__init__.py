@@ -7,7 +7,9 @@ selection, the INF_NAN report and the error messages can be tested on a machine 
   torch_npu does. The rename cannot be undone in a process: import this only in a subprocess, with
   this folder (tests/stand_in_torch_npu) on its PYTHONPATH.
 - ``torch.npu`` (also ``torch_npu.npu``): is_available, device_count, current_device, set_device,
-  get_device_name, synchronize, manual_seed, manual_seed_all; ``torch_npu.npu.utils.is_support_inf_nan()``.
+  get_device_name, synchronize, manual_seed, manual_seed_all; ``torch_npu.npu.utils.is_support_inf_nan()``;
+  the HF32 switches ``torch.npu.matmul.allow_hf32`` (False) and ``torch.npu.conv.allow_hf32`` (True), as
+  torch_npu's defaults are.
 - ``__version__`` is "2.13.0.standin".
 
 No kernel is registered: any tensor op on an npu tensor fails. Environment variables steer it, read
@@ -111,6 +113,8 @@ for _function in (device_count, is_available, current_device, set_device, get_de
                   manual_seed, manual_seed_all, _is_in_bad_fork):
     setattr(npu, _function.__name__, _function)
 npu.utils = utils
+npu.matmul = types.SimpleNamespace(allow_hf32=False)
+npu.conv = types.SimpleNamespace(allow_hf32=True)
 npu.standin_set_device_calls = standin_set_device_calls
 npu.standin_seeds = standin_seeds
 
