@@ -1,0 +1,139 @@
+"""The GPU check: one command that runs everything a GPU machine can tell us, and one table of results.
+
+    python benchmarks/gpu_check.py [--workers 8] [--out gpu_check.txt]
+
+On a machine with one NVIDIA GPU (16 cores: under 8 minutes), from the repository root, with the
+project installed (pip install -e ".[test]"). Each step runs pytest (or a probe) in a subprocess:
+
+1. TF32 rounding: how cuBLAS and cuDNN round float32 inputs with TF32 on (tf32_rounding.py): the
+   rounding that reproduces their results to a few float32 ulp is the one the bounds assume.
+2. The GPU tests (tests/test_cuda.py, test_backends.py, test_math_modes.py).
+3. The shipped example dumps on cuda, serial and with -n WORKERS (per-case time from the wall time).
+4. The float32 CNN dump (examples/cnn_float32_tensor) on cuda as run, as IEEE and pinned to IEEE.
+5. The examples with a cuda golden (it must agree with the cpu golden) and with a live cpu baseline.
+6. The whole test suite with the GPU visible (-n WORKERS).
+
+Without a GPU it says so and exits 2: CI never runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: list[str]
+    expect: str  # what a good result is, for the reader of the table
+    timeout: int = 300
+
+
+@dataclass(frozen=True)
+class Result:
+    step: Step
+    outcomes: str
+    seconds: float
+    returncode: int
+    tail: str
+
+
+def pytest(*words: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words]
+
+
+def steps(workers: int) -> list[Step]:
+    dumps, cnn = "examples/dumps", "examples/cnn_float32_tensor"
+    parallel = ["-n", str(workers)]
+    return [
+        Step("tf32 rounding probe", [sys.executable, "benchmarks/tf32_rounding.py"],
+             "rne10 fits cuBLAS/cuDNN with TF32 on", 120),
+        Step("GPU tests", pytest("tests/test_cuda.py", "tests/test_backends.py", "tests/test_math_modes.py"),
+             "all pass"),
+        Step("examples on cuda, serial", pytest("--npu-precision", dumps, "--npu-precision-device", "cuda"),
+             "no failure"),
+        Step(f"examples on cuda, -n {workers}",
+             pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", *parallel), "same as serial"),
+        Step("cnn float32 on cuda, as-run", pytest("--npu-precision", cnn, "--npu-precision-device", "cuda"),
+             "all pass (TF32 convs judged as TF32)"),
+        Step("cnn float32 on cuda, ieee",
+             pytest("--npu-precision", cnn, "--npu-precision-device", "cuda", "--npu-precision-fp32", "ieee"),
+             "the convs cuDNN ran in TF32 fail, naming it"),
+        Step("cnn float32 on cuda, run-ieee",
+             pytest("--npu-precision", cnn, "--npu-precision-device", "cuda", "--npu-precision-fp32", "run-ieee"),
+             "all pass (TF32 off)"),
+        Step("examples, cuda golden", pytest("--npu-precision", dumps, "--npu-precision-device", "cpu",
+                                             "--npu-precision-golden", "cuda"), "as with the cpu golden"),
+        Step("examples, cuda vs live cpu baseline",
+             pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", "--npu-precision-baseline", "cpu"),
+             "no failure"),
+        Step(f"whole suite, GPU visible, -n {workers}", pytest(*parallel), "no failure", 420),
+    ]
+
+
+def run(step: Step) -> Result:
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(step.command, cwd=REPO, capture_output=True, text=True, timeout=step.timeout)
+        output, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        output, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {step.timeout} s", -1
+    seconds = time.perf_counter() - started
+    last = next((line for line in reversed(output.splitlines()) if OUTCOME.search(line)), "")
+    outcomes = ", ".join(f"{n} {what}" for n, what in OUTCOME.findall(last)) or f"exit {code}"
+    return Result(step, outcomes, seconds, code, "\n".join(output.splitlines()[-40:]))
+
+
+def table(results: list[Result]) -> str:
+    rows = [("step", "outcome", "wall s", "expected")]
+    rows += [(r.step.name, r.outcomes, f"{r.seconds:.1f}", r.step.expect) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, default=None, help="also write the table and each step's tail here")
+    parser.add_argument("--only", default=None, help="run only the steps whose name contains this text")
+    options = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: no GPU is visible here (torch.cuda.is_available() is False); nothing to check")
+        return 2
+    header = (f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cuda {torch.version.cuda}, "
+              f"cudnn {torch.backends.cudnn.version()}, {os.cpu_count()} cores")
+    print(header, flush=True)
+    results = []
+    for step in steps(options.workers):
+        if options.only and options.only not in step.name:
+            continue
+        results.append(run(step))
+        print(f"{step.name}: {results[-1].outcomes} in {results[-1].seconds:.1f} s", flush=True)
+    report = f"{header}\n\n{table(results)}"
+    serial = next((r for r in results if r.step.name == "examples on cuda, serial"), None)
+    if serial is not None:
+        cases = sum(int(n) for n, what in OUTCOME.findall(serial.outcomes) if what in ("passed", "failed", "skipped"))
+        report += f"\n\nexamples on cuda: {cases} cases, {1000 * serial.seconds / max(cases, 1):.1f} ms per case " \
+                  f"serial (whole process)"
+    print("\n" + report)
+    if options.out is not None:
+        tails = "\n\n".join(f"## {r.step.name} (exit {r.returncode})\n{r.tail}" for r in results)
+        options.out.write_text(f"{report}\n\n{tails}\n")
+    return 0 if all(r.returncode in (0, 5) or "ieee" in r.step.name and "run-ieee" not in r.step.name
+                    for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
