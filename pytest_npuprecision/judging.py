@@ -90,6 +90,11 @@ def judge(
         else None
     if mode is not None and float32 != "as-run":
         accumulation = dataclasses.replace(accumulation, math_mode=None)
+    elif mode is not None and (baseline is not None or recorded is not None):
+        # A baseline's errors are an IEEE kernel's (a cuda baseline runs with TF32 off): no measure of
+        # what a TF32 kernel may err, so the op's own standard judges, at the mode's rounding.
+        notes = (*notes, f"the baseline is not compared: its errors are not those of a {mode.label} kernel")
+        baseline = recorded = None
     judged = _Judgement(rules, name, op, target, rule, accumulation, standard, tuple(notes), overflowed)
     verdict = _looked_twice(judged, actual, golden, baseline, recorded, spread)
     return verdict if mode is None else _mode_noted(judged, verdict, mode, float32, actual, golden, baseline, recorded)

@@ -250,3 +250,42 @@ def test_bad_mode_options_are_usage_errors(pytester):
                                 "--npu-precision-fp32", "run-ieee", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*run-ieee*cannot be pinned*"])
+
+
+def test_an_ieee_baseline_does_not_judge_a_tf32_kernel_but_its_own_standard_still_does():
+    """A cpu (or TF32-off cuda) baseline errs as an IEEE kernel: the benchmark ratios would fail every
+    fair TF32 call, so the op's own standard judges it, at TF32's rounding, and a defect still fails."""
+    op, args, kwargs = CALLS["conv2d"]
+    fair = check_call(op, *args, device=ReducedFloat32Cpu("tf32"), baseline="cpu", backward=True, **kwargs)
+    assert fair.status is Status.PASS, fair.message()
+    assert all(not output.standard.startswith("benchmark") for _, output in fair.outputs)
+    assert any("the baseline is not compared" in note for _, output in fair.outputs for note in output.notes)
+    broken = check_call(op, *args, device=ReducedFloat32Cpu("tf32", error=0.001), baseline="cpu", backward=True,
+                        **kwargs)
+    assert all(output.status is Status.ERROR for _, output in broken.outputs)
+    ieee = check_call(op, *args, device=ReducedFloat32Cpu("tf32"), baseline="cpu", float32="ieee", **kwargs)
+    assert ieee.status is Status.ERROR and ieee.outputs[0][1].standard.startswith("benchmark")
+
+
+OP_CASE = """
+defaults:
+  dtypes: [float32]
+  backward: true
+cases:
+  - op: Functional.linear
+    dims: {M: [8, 16], K: [64, 128], N: [16, 32]}
+    inputs:
+      - shape: [M, K]
+      - shape: [N, K]
+      - shape: [N]
+"""
+
+
+@pytest.mark.parametrize("float32, outcome", [("as-run", "passed"), ("ieee", "failed"), ("run-ieee", "passed")])
+def test_op_cases_are_judged_by_the_same_policy(pytester, emulating, float32, outcome):
+    pytester.makefile(".yaml", **{"op_cases/linear": OP_CASE})
+    result = pytester.runpytest("op_cases", "--npu-precision-device", emulating, "--npu-precision-fp32", float32,
+                                "--npu-precision-regressions", "none", "-p", "no:cacheprovider")
+    assert result.parseoutcomes().get(outcome) == 1, result.stdout.str()
+    if outcome == "failed":
+        result.stdout.fnmatch_lines(["*the device ran this float32 op in TF32*"])

@@ -52,7 +52,8 @@ def settings_for(config: pytest.Config) -> OpCaseSettings:
             device=run.device, golden=run.golden, rules=run.rules,
             baseline=run.baseline if isinstance(run.baseline, Backend) else None,  # a file holds dump cases
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
-            root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"))
+            root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"),
+            float32=run.float32)
     return config.stash[_SETTINGS]
 
 

@@ -18,6 +18,7 @@ from ..backends import Backend
 from ..cases import OutputVerdict
 from ..error_profile import error_profile
 from ..judging import judge
+from ..math_modes import DEFAULT_POLICY
 from ..metrics import Accumulation
 from ..ops import ResolvedOp, resolve
 from ..rules import Rules
@@ -78,9 +79,9 @@ def check_severity(check: Check) -> float:
     return min(max(excess(check.value, check.limit, check.upper), 0.0), _CEILING)
 
 
-def _judged(out, op: str, target: Target, notes: tuple[str, ...]) -> OutputVerdict:
+def _judged(out, op: str, target: Target, notes: tuple[str, ...], float32: str) -> OutputVerdict:
     verdict = judge(out.actual, out.golden, baseline=out.baseline, op=op, accumulation=out.accumulation or Accumulation(),
-                    rules=target.rules, notes=notes, spread=out.spread)
+                    rules=target.rules, notes=notes, spread=out.spread, float32=float32)
     # The error profile draws the report's plots; only outputs that do not pass need one.
     profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
     return OutputVerdict(out.name, verdict, profile)
@@ -183,7 +184,7 @@ def _reference_raises(target: Target, call: Call) -> bool:
 
 def run_example(case: OpCase, target: Target, call: Call, device: Backend | torch.device,
                 golden: Backend | None = None, baseline: Backend | None = None, *,
-                strict_warnings: bool = False) -> ExampleResult:
+                strict_warnings: bool = False, float32: str = DEFAULT_POLICY) -> ExampleResult:
     """Run and judge one example (against a live baseline too, if given); raise CaseSpecError when
     the inputs do not fit the op at all."""
     started = time.perf_counter()
@@ -201,7 +202,7 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
     if run.error:
         return ExampleResult(notes=run.notes, problem=run.error, seconds=time.perf_counter() - started)
     name = target.op.api_name
-    outputs = [_judged(out, name, target, run.notes) for out in run.outputs]
-    outputs += [_judged(out, f"{name}.0.backward", target, run.notes) for out in run.grads]
+    outputs = [_judged(out, name, target, run.notes, float32) for out in run.outputs]
+    outputs += [_judged(out, f"{name}.0.backward", target, run.notes, float32) for out in run.grads]
     return ExampleResult(tuple(outputs), run.notes, seconds=time.perf_counter() - started,
                          strict_warnings=strict_warnings)

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings as h
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
+from ..math_modes import DEFAULT_POLICY
 from ..backends import Backend, load_backend
 from ..cases import baseline_label, golden_label
 from ..rules import Rules
@@ -58,6 +59,7 @@ class OpCaseSettings:
     golden: Backend = field(default_factory=lambda: Backend("cpu"))
     strict_warnings: bool = False  # a warning fails an example too (--npu-precision-strict-warnings)
     baseline: Backend | None = None  # a live device running each example in its dtype too
+    float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
 
     @property
     def compared(self) -> str:
@@ -143,7 +145,7 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
             try:
                 call = fixed_call(case, dtype)
                 result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
-                                     strict_warnings=settings.strict_warnings)
+                                     strict_warnings=settings.strict_warnings, float32=settings.float32)
                 return outcome(1, call=call, result=result)
             except (CaseInputError, CaseSpecError) as exc:
                 return outcome(1, problem=str(exc))
@@ -170,7 +172,7 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
         count[0] += 1
         try:
             result = run_example(case, target_, example, settings.device, settings.golden, settings.baseline,
-                                 strict_warnings=settings.strict_warnings)
+                                 strict_warnings=settings.strict_warnings, float32=settings.float32)
         except CaseSpecError as exc:
             last.append((example, None, str(exc)))
             raise
