@@ -99,7 +99,8 @@ def base_name(api_name: str) -> str:
     return segment[:-1] if segment.endswith("_") and not segment.endswith("__") else segment
 
 
-def _is_inplace(api_name: str) -> bool:
+def is_inplace(api_name: str) -> bool:
+    """Whether the call writes into its first argument (``add_``, ``__iadd__``, ``__setitem__``)."""
     segment = _op_segment(api_name)
     inner = _dunder_inner(segment)
     if inner is not None:
@@ -171,7 +172,7 @@ def _npu(api_name: str, name: str) -> ResolvedOp:
     if func is None or not callable(func):
         found = _unsupported(api_name, f"not a known operator: {why or f'no such op {name!r} in torch_npu'}")
         return found if reference is None else dataclasses.replace(found, reference=reference)
-    return ResolvedOp(api_name=api_name, func=func, inplace=_is_inplace(api_name), reference=reference)
+    return ResolvedOp(api_name=api_name, func=func, inplace=is_inplace(api_name), reference=reference)
 
 
 def _torch(api_name: str, name: str) -> ResolvedOp:
@@ -191,7 +192,7 @@ def _torch(api_name: str, name: str) -> ResolvedOp:
 def _callable(api_name: str, name: str, found: Any, kind: OpKind) -> ResolvedOp:
     if not callable(found) or isinstance(found, type):
         return _unsupported(api_name, f"{name!r} is a {type(found).__name__}, not a callable op")
-    return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=_is_inplace(api_name))
+    return ResolvedOp(api_name=api_name, func=found, kind=kind, inplace=is_inplace(api_name))
 
 
 def choose_namesake(op: ResolvedOp, args: tuple, kwargs: dict, recorded_shapes=None,

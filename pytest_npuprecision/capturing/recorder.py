@@ -24,6 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..warning_types import CaptureGapWarning
+from ..ops import is_inplace
 from .called import as_called
 from .describe import TensorSink, describe
 from .naming import api_name, caller_frame
@@ -135,31 +136,48 @@ class _Recorder(TorchFunctionMode):
         self.counters[name] = index + 1
         api = f"{name}.{index}"
         self._check_sources(api, args, kwargs)
+        if not (self.window.admits(api) and self.selection.named(api)):
+            result = func(*args, **kwargs)
+            self._note_made(result)
+            return result
+        inputs = None
+        if self.selection.wants("forward") and writes_its_inputs(name, kwargs):
+            # Described (and saved) before the call changes them, as msprobe records an in-place call:
+            # an optimizer's add_ or lerp_ is judged on what the step used, not on its own result.
+            inputs = self._described_inputs(api, func, args, kwargs, frame)
         result = func(*args, **kwargs)
         self._note_made(result)
-        if not (self.window.admits(api) and self.selection.named(api)):
-            return result
         self._busy.on = True
         try:
             if self.selection.wants("forward"):
-                called_args, called_kwargs = as_called(func, args, kwargs, frame)
-                self._forward(api, called_args, called_kwargs, result, frame)
+                if inputs is None:
+                    inputs = self._described_inputs(api, func, args, kwargs, frame)
+                self._forward(api, inputs, result, frame)
             if self.selection.wants("backward") and not _dropout_p0(name, args, kwargs):
                 self._hook_backward(api, result)
         finally:
             self._busy.on = False
         return result
 
-    def _forward(self, api: str, args: tuple, kwargs: dict, result: Any, frame) -> None:
+    def _described_inputs(self, api: str, func, args: tuple, kwargs: dict, frame) -> dict[str, Any]:
+        if not self.selection.parts("input"):
+            return {}
+        was_busy = getattr(self._busy, "on", False)
+        self._busy.on = True
+        try:
+            key, sink = f"{api}.forward", self.writer.sink
+            called_args, called_kwargs = as_called(func, args, kwargs, frame)
+            return {"input_args": [describe(a, f"{key}.input.{i}", sink) for i, a in enumerate(called_args)],
+                    "input_kwargs": {k: describe(v, f"{key}.input.{k}", sink) for k, v in called_kwargs.items()}}
+        finally:
+            self._busy.on = was_busy
+
+    def _forward(self, api: str, inputs: dict[str, Any], result: Any, frame) -> None:
         key = f"{api}.forward"
-        sink = self.writer.sink
-        entry: dict[str, Any] = {}
-        if self.selection.parts("input"):
-            entry["input_args"] = [describe(a, f"{key}.input.{i}", sink) for i, a in enumerate(args)]
-            entry["input_kwargs"] = {k: describe(v, f"{key}.input.{k}", sink) for k, v in kwargs.items()}
+        entry: dict[str, Any] = dict(inputs)
         if self.selection.parts("output"):
             outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-            entry["output"] = [describe(o, f"{key}.output.{i}", sink) for i, o in enumerate(outputs)]
+            entry["output"] = [describe(o, f"{key}.output.{i}", self.writer.sink) for i, o in enumerate(outputs)]
         self.writer.add(key, entry, _stack(frame))
 
     def _hook_backward(self, api: str, result: Any) -> None:
@@ -202,6 +220,11 @@ class _Recorder(TorchFunctionMode):
                 self._made.add(number)  # one report per gap
                 self.unrecorded.append(f"{where} of {api} came from {node.name()}, made by code capture cannot "
                                        "see (torch.jit.script, a compiled region or an extension op)")
+
+
+def writes_its_inputs(name: str, kwargs: dict) -> bool:
+    """An in-place call (add_, __iadd__, relu(inplace=True)) or one given out=: it changes an input."""
+    return is_inplace(name) or kwargs.get("out") is not None or kwargs.get("inplace") is True
 
 
 def _next_sequence_nr() -> int:
