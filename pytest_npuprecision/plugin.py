@@ -56,8 +56,10 @@ def npu_precision_capture(request: pytest.FixtureRequest, tmp_path_factory: pyte
     from .capturing.fixture import CaptureFixture  # torch is imported only by tests that use the fixture
     from .settings import settings_for
 
+    report = request.config.getoption("npu_precision_report")
     return CaptureFixture(request.node.nodeid, tmp_path_factory.mktemp("npu_precision_capture"),
-                          settings_for(request.config))
+                          settings_for(request.config),
+                          keep=request.config.invocation_params.dir / report / "captured" if report else None)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config):

@@ -56,3 +56,28 @@ def test_the_correct_op_passes(pytester, device):
     pytester.makepyfile(test_step=STEP.format(defect=False))
     result = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", device)
     result.assert_outcomes(passed=1)
+
+
+def test_a_failure_is_one_message_without_a_library_frame_and_says_the_dump_is_temporary(pytester):
+    pytester.makepyfile(test_step=STEP.format(defect=True))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", "cpu")
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    assert "contextlib.py" not in output and "next(self.gen)" not in output
+    result.stdout.fnmatch_lines(["*dump: * (a temporary folder: pytest removes it after three more runs; "
+                                 "--npu-precision-report DIR keeps a copy)*"])
+
+
+def test_with_a_report_folder_the_failing_dump_is_kept_and_the_rerun_line_works(pytester):
+    pytester.makepyfile(test_step=STEP.format(defect=True))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", "cpu",
+                                "--npu-precision-report", "reports")
+    result.assert_outcomes(failed=1)
+    kept = pytester.path / "reports" / "captured" / "test_step.py_test_model_step"
+    assert (kept / "step0" / "rank0" / "dump.json").is_file()
+    rerun = next(line for line in result.stdout.lines if "rerun one: pytest" in line)
+    words = rerun.split("rerun one: pytest ", 1)[1].split()
+    assert words[1] == str(kept)
+    again = pytester.runpytest("-p", "no:cacheprovider", "--npu-precision-device", "cpu", *words)
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["*Custom.capture_row_sum.0.forward*"])

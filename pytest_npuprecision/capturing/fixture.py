@@ -3,9 +3,10 @@ block and, when it ends, checks every captured call; a failure names the test an
 
 from __future__ import annotations
 
-import contextlib
+import re
+import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..cases import Settings
 from .checking import DumpCheck, check_dump
@@ -17,27 +18,62 @@ class CapturedCallsFailed(AssertionError):
 
 
 class CaptureFixture:
-    def __init__(self, test: str, root: Path, settings: Settings):
+    def __init__(self, test: str, root: Path, settings: Settings, keep: Path | None = None):
+        """root: a temporary folder for the dumps; keep: where a failing step's dump is copied to stay
+        (the report folder's captured/), since pytest removes its temporary folders after three runs."""
         self.test = test
         self.root = root
         self.settings = settings
+        self.keep = keep
         self.checks: list[DumpCheck] = []
 
-    @contextlib.contextmanager
-    def __call__(self, **options: Any) -> Iterator[Any]:
+    def __call__(self, **options: Any) -> _CheckedBlock:
         """Record the block (``capture``'s options: task, scope, list, data_mode), then check it."""
+        return _CheckedBlock(self, options)
+
+    def check(self, folder: Path, step: int) -> None:
         __tracebackhide__ = True
-        step = len(self.checks)
-        with capture(self.root, step=step, rank=0, **options) as recorded:
-            yield recorded
-        check = check_dump(recorded.folder, self.settings)
+        check = check_dump(folder, self.settings)
         self.checks.append(check)
         bad = check.of("fail") + check.of("error")
-        if bad:
-            lines = [f"{self.test}: {len(bad)} captured call(s) not precise enough on "
-                     f"{self.settings.device.name} ({check.summary()}); dump: {recorded.folder}"]
-            for outcome in bad:
-                lines.append(f"{outcome.key} ({outcome.status}): {outcome.message}")
-            lines.append(f"rerun one: pytest --npu-precision {self.root} --npu-precision-case "
-                         f"step{step}/rank0::{bad[0].key}")
-            raise CapturedCallsFailed("\n".join(lines))
+        if not bad:
+            return
+        root, where = self.root, f"{folder} (a temporary folder: pytest removes it after three more runs; " \
+                                 f"--npu-precision-report DIR keeps a copy)"
+        if self.keep is not None:
+            root = self.keep / _safe_name(self.test)
+            kept = root / folder.relative_to(self.root)
+            shutil.copytree(folder, kept, dirs_exist_ok=True)
+            where = str(kept)
+        lines = [f"{self.test}: {len(bad)} captured call(s) not precise enough on "
+                 f"{self.settings.device.name} ({check.summary()}); dump: {where}"]
+        for outcome in bad:
+            lines.append(f"{outcome.key} ({outcome.status}): {outcome.message}")
+        lines.append(f"rerun one: pytest --npu-precision {root} --npu-precision-case "
+                     f"step{step}/rank0::{bad[0].key}")
+        raise CapturedCallsFailed("\n".join(lines))
+
+
+class _CheckedBlock:
+    """The ``with`` block: a class rather than a generator, so that a failure's traceback ends in the
+    test's own ``with`` line, with no contextlib frame before the one message."""
+
+    def __init__(self, fixture: CaptureFixture, options: dict[str, Any]):
+        self.fixture = fixture
+        self.step = len(fixture.checks)
+        self.capturing = capture(fixture.root, step=self.step, rank=0, **options)
+
+    def __enter__(self) -> Any:
+        self.recorded = self.capturing.__enter__()
+        return self.recorded
+
+    def __exit__(self, *raised: Any) -> None:
+        __tracebackhide__ = True
+        self.capturing.__exit__(*raised)
+        if raised[0] is None:
+            self.fixture.check(self.recorded.folder, self.step)
+
+
+def _safe_name(test: str) -> str:
+    """A test's node id as one folder name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", test).strip("_")[:120] or "test"
