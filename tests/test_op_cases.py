@@ -3,6 +3,7 @@ message, regression files, and Python cases written with ``precision_case``."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import textwrap
 
@@ -368,3 +369,24 @@ def test_precision_case_takes_the_yaml_fields_roundings_included():
         precision_case("Functional.gelu", roundings=2)
     with pytest.raises(ValueError, match="field max_examples: 1000000 is more than the 10000"):
         precision_case("Functional.gelu", max_examples=10**6)
+
+
+def scaled(x):
+    return x * 1.01  # one per cent off everywhere: every example fails, and shrinking has far to go
+
+
+def test_shrinking_stops_at_the_profiles_bound_and_says_so(tmp_path):
+    budget = 3
+    register_op("scaled", scaled, reference=identity)
+    case = OpCase("scaled", "scaled", (torch.float32,), "cases.yaml",
+                  inputs=(TensorSpec(shape=((2, 8),), range=(0.5, 4)),))
+    unbounded = check_case(case, torch.float32, settings(tmp_path))
+    assert unbounded.examples - unbounded.searched > budget  # the case shrinks further when let
+    profile = dataclasses.replace(PROFILES["ci"], shrink_examples=budget)
+    outcome = check_case(case, torch.float32, settings(tmp_path, profile=profile))
+    assert not outcome.passed and outcome.examples - outcome.searched == budget
+    assert outcome.shrink_stopped == f"shrinking stopped early, after {budget} examples (the profile's bound)"
+    message = render_outcome(outcome, settings(tmp_path, profile=profile), outcome.op_name, outcome.reference_label)
+    assert f"(shrinking stopped early, after {budget} examples (the profile's bound): the smallest failing " \
+           f"example found so far)" in message
+    assert outcome.result.failed  # the example reported is a real failure, run and judged

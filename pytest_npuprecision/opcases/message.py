@@ -73,6 +73,8 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
     else:
         shrunk = outcome.examples - outcome.searched
         how = f"then shrank it in {shrunk} more" if shrunk else "not shrunk"
+        if outcome.shrink_stopped:
+            how += f" ({outcome.shrink_stopped}: the smallest failing example found so far)"
         margin = "" if outcome.result is None else (
             f"; worst margin seen {outcome.worst_seen:.3g}x the limit, this example {outcome.result.severity:.3g}x")
         examples = f"{outcome.searched} example{'s' if outcome.searched != 1 else ''}"

@@ -40,12 +40,19 @@ class Profile:
     derandomize: bool  # the same examples on every run, from the case id
     database: bool  # remember failing examples in <rootdir>/.hypothesis/npu-precision and replay them first
     description: str
+    # Shrinking a failure runs the op again for every smaller example Hypothesis tries: hundreds to
+    # thousands of runs. Past these, the smallest failing example found so far stands.
+    shrink_examples: int = 100
+    shrink_seconds: float = 60.0
 
 
 PROFILES = {
-    "ci": Profile("ci", 25, 1, True, False, "deterministic, no example database, bounded examples"),
-    "dev": Profile("dev", 50, 2, False, True, "random examples, failures replayed from a local database"),
-    "thorough": Profile("thorough", 1000, 20, False, True, "many random examples, local database"),
+    "ci": Profile("ci", 25, 1, True, False, "deterministic, no example database, bounded examples and shrinking",
+                  shrink_examples=100, shrink_seconds=60.0),
+    "dev": Profile("dev", 50, 2, False, True, "random examples, failures replayed from a local database",
+                   shrink_examples=200, shrink_seconds=120.0),
+    "thorough": Profile("thorough", 1000, 20, False, True, "many random examples, local database",
+                        shrink_examples=2000, shrink_seconds=600.0),
 }
 
 
@@ -89,6 +96,7 @@ class Outcome:
     regression: Path | None = None  # the regression case written for the failing example
     searched: int = 0  # examples run before the failing one was found; the rest shrank it
     worst_seen: float = 0.0  # the largest metric-to-limit ratio of any failing example
+    shrink_stopped: str | None = None  # why shrinking stopped before Hypothesis finished it
 
     @property
     def passed(self) -> bool:
@@ -168,16 +176,21 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
     worst: list[float] = [0.0]
     marginal: list[tuple[Call, ExampleResult]] = []
 
+    profile = settings.profile
+    shrinking = _ShrinkBudget(profile.shrink_examples, profile.shrink_seconds)
+
     def check(example: Call) -> None:
-        count[0] += 1
-        try:
-            result = run_example(case, target_, example, settings.device, settings.golden, settings.baseline,
-                                 strict_warnings=settings.strict_warnings, float32=settings.float32)
-        except CaseSpecError as exc:
-            last.append((example, None, str(exc)))
-            raise
-        target(result.severity, label="worst metric / limit")
-        if result.failed:
+        if not shrinking.spent():
+            count[0] += 1
+            try:
+                result = run_example(case, target_, example, settings.device, settings.golden, settings.baseline,
+                                     strict_warnings=settings.strict_warnings, float32=settings.float32)
+            except CaseSpecError as exc:
+                last.append((example, None, str(exc)))
+                raise
+            target(result.severity, label="worst metric / limit")
+            if not result.failed:
+                return
             worst[0] = max(worst[0], result.severity)
             if 1.0 <= result.severity < CLEAR_MARGIN:
                 if not marginal or result.severity > marginal[0][1].severity:
@@ -185,7 +198,11 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
                 return  # not a failure to shrink: the search goes on for a clear one
             searched[:1] = searched[:1] or [count[0]]
             last.append((example, result, None))
-            raise _ExampleFailed
+            shrinking.start()
+        # Past the budget every example "fails" without running, from this one raise (Hypothesis tells
+        # failures apart by where they are raised): its shrinker ends in microseconds, and the smallest
+        # real failure found so far (last) is the one reported.
+        raise _ExampleFailed
 
     # Tells the cases' otherwise identical test functions apart in the database (the attribute
     # Hypothesis's own pytest plugin sets for parametrized tests).
@@ -219,7 +236,34 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
     if spec_problem is not None:
         return outcome(count[0], call=call, problem=spec_problem)
     return outcome(count[0], call=call, result=result, notes=notes, searched=searched[0] if searched else count[0],
-                   worst_seen=worst[0])
+                   worst_seen=worst[0], shrink_stopped=shrinking.why())
+
+
+class _ShrinkBudget:
+    """Examples and seconds a failure may spend shrinking, counted from the first clear failure."""
+
+    def __init__(self, examples: int, seconds: float):
+        self.examples, self.seconds = examples, seconds
+        self.started: float | None = None
+        self.runs = 0
+        self.stopped: str | None = None
+
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+
+    def spent(self) -> bool:
+        if self.started is None or self.stopped is not None:
+            return self.stopped is not None
+        self.runs += 1
+        if self.runs > self.examples:
+            self.stopped = f"after {self.examples} examples"
+        elif time.perf_counter() - self.started > self.seconds:
+            self.stopped = f"after {self.seconds:g} s"
+        return self.stopped is not None
+
+    def why(self) -> str | None:
+        return None if self.stopped is None else f"shrinking stopped early, {self.stopped} (the profile's bound)"
 
 
 def _first_line(exc: BaseException) -> str:
