@@ -390,3 +390,43 @@ def test_shrinking_stops_at_the_profiles_bound_and_says_so(tmp_path):
     assert f"(shrinking stopped early, after {budget} examples (the profile's bound): the smallest failing " \
            f"example found so far)" in message
     assert outcome.result.failed  # the example reported is a real failure, run and judged
+
+
+REGRESSED = """
+cases:
+  - id: shifted
+    op: plus_one
+    dtypes: [float32]
+    inputs:
+      - shape: [3]
+        range: [0, 4]
+{extra}
+"""
+
+
+def test_a_regression_case_takes_the_current_settings_of_the_case_that_found_it(pytester):
+    pytester.makeconftest("""
+from pytest_npuprecision import register_op
+register_op("plus_one", lambda x: x + 1, reference=lambda x: x)
+""")
+    pytester.makefile(".yaml", **{"op_cases/shifted": REGRESSED.format(extra="")})
+    first = pytester.runpytest("op_cases/shifted.yaml", "-p", "no:cacheprovider")
+    first.assert_outcomes(failed=1)
+    [written] = (pytester.path / "op_cases" / "regressions").glob("*.yaml")
+    header = written.read_text().splitlines()[0:2]
+    assert "(shrunk)" in header[1] or "(not shrunk)" in header[1]
+    regression = pytester.runpytest(str(written), "-p", "no:cacheprovider")
+    regression.assert_outcomes(failed=1)
+    regression.stdout.fnmatch_lines(["*judged by the settings of op_cases/shifted.yaml::shifted[[]float32[]] as it "
+                                     "reads now*"])
+    # The user decides the shift is by design: the case's own limits now admit it, and so does its regression.
+    pytester.makefile(".yaml", **{"op_cases/shifted": REGRESSED.format(
+        extra="    standard: absolute\n    limits: {absolute: {rel_err_ratio: 1, small_value_err_ratio: 1}}\n"
+              "    reason: the op adds one by design")})
+    pytester.runpytest(str(written), "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    # Without the case it came from, its frozen settings judge it, and the message says how to retire it.
+    (pytester.path / "op_cases" / "shifted.yaml").unlink()
+    gone = pytester.runpytest(str(written), "-p", "no:cacheprovider")
+    gone.assert_outcomes(failed=1)
+    gone.stdout.fnmatch_lines(["*shifted.yaml::shifted[[]float32[]] is gone, so the settings frozen in this file judge "
+                               "it; delete the file and its folder to retire it*"])

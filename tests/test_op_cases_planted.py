@@ -235,10 +235,10 @@ def test_the_regression_case_file_is_plain_yaml_with_tensor_files(project):
     run(project, "op_cases/softmax.yaml")
     [regression] = (project.path / "op_cases" / "regressions").glob("*.yaml")
     lines = regression.read_text().splitlines()
-    assert lines[0] == "# Written by pytest-npuprecision: the shrunk failing example Hypothesis found for"
-    assert lines[1] == f"# op_cases/softmax.yaml::my_softmax[float16]. It reruns as it is, without Hypothesis: " \
-                       f"pytest op_cases/regressions/{regression.name}"
-    body = "\n".join(lines[3:])
+    assert lines[0] == ("# Written by pytest-npuprecision: the failing example Hypothesis found for "
+                        "op_cases/softmax.yaml::my_softmax[float16]")
+    assert lines[1] == f"# (shrunk). It reruns as it is, without Hypothesis: pytest op_cases/regressions/{regression.name}"
+    body = "\n".join(lines[5:])
     assert f"- id: {regression.stem}\n  op: my_softmax\n  dtypes:\n  - float16\n" in body
     assert f"  found_by: op_cases/softmax.yaml::my_softmax[float16]\n  inputs:\n  - file: {regression.stem}/input0.pt\n  - -1" in body
 

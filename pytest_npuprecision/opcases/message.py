@@ -69,7 +69,8 @@ def render_outcome(outcome: Outcome, settings: OpCaseSettings, op_name: str, ref
         head = [f"{op_name} [{dtype}]: {outcome.problem}", "  the inputs that showed it:"]
     elif case.fixed:
         origin = f", found by {case.found_by}" if case.found_by else ""
-        head = [f"{op_name} [{dtype}]: the fixed inputs of {case.source} fail{origin}:"]
+        judged = f" (judged by {case.settings_from})" if case.settings_from else ""
+        head = [f"{op_name} [{dtype}]: the fixed inputs of {case.source} fail{origin}{judged}:"]
     else:
         shrunk = outcome.examples - outcome.searched
         how = f"then shrank it in {shrunk} more" if shrunk else "not shrunk"

@@ -62,7 +62,8 @@ def check_and_keep(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -
     outcome = check_case(case, dtype, settings)
     keep = outcome.result is not None and outcome.result.failed and not case.fixed
     if keep and settings.regressions is not None and outcome.call is not None:
-        path = write_regression(case, dtype, outcome.call, settings.regressions, settings.root)
+        path = write_regression(case, dtype, outcome.call, settings.regressions, settings.root,
+                                shrunk=outcome.examples > outcome.searched)
         outcome = dataclasses.replace(outcome, regression=path)
     return outcome
 
@@ -106,12 +107,15 @@ def _failed_status(result: ExampleResult | None) -> str:
 
 class OpCaseFile(pytest.File):
     def collect(self) -> Iterable[pytest.Item]:
+        from .regression import with_current_settings
         from .schema import load_case_file
 
+        origins: dict = {}
         for case in load_case_file(self.path, self.config.rootpath):
             if isinstance(case, BrokenCase):
                 yield BrokenCaseItem.from_parent(self, name=case.id, problem=case.problem)
                 continue
+            case = with_current_settings(case, self.config.rootpath, origins)
             for dtype in case.dtypes:
                 yield OpCaseItem.from_parent(self, name=case.item_name(dtype), case=case, dtype=dtype)
 

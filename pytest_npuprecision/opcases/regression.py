@@ -10,6 +10,7 @@ with a digest of the inputs, so finding the same example again rewrites the same
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ import yaml
 
 from ..fingerprint import update_with_tensor
 from .run import case_seed
-from .spec import Call, OpCase, dtype_name, op_label
+from .spec import BrokenCase, Call, OpCase, dtype_name, op_label
+
+# What a regression case takes from the case that found it, as that case reads now: the inputs stay.
+_CURRENT = ("reference", "standard", "limits", "roundings", "reason", "backward")
 
 
 def _plain(value: Any) -> bool:
@@ -42,10 +46,11 @@ def regression_name(case: OpCase, dtype: torch.dtype, call: Call) -> str:
     return f"{case.id}-{dtype_name(dtype)}-{_digest(case, dtype, call)}"
 
 
-def write_regression(case: OpCase, dtype: torch.dtype, call: Call, folder: Path, root: Path | None = None) -> Path:
+def write_regression(case: OpCase, dtype: torch.dtype, call: Call, folder: Path, root: Path | None = None, *,
+                     shrunk: bool = True) -> Path:
     """Write ``call`` as a fixed case in ``folder``; return the YAML file's path.
 
-    root: the rootdir, to print the rerun command relative to it.
+    root: the rootdir, to print the rerun command relative to it. shrunk: whether Hypothesis shrank it.
     """
     name = regression_name(case, dtype, call)
     data_dir = folder / name
@@ -86,8 +91,33 @@ def write_regression(case: OpCase, dtype: torch.dtype, call: Call, folder: Path,
     shown = path
     if root is not None and path.resolve().is_relative_to(root.resolve()):
         shown = path.resolve().relative_to(root.resolve())
-    header = (f"# Written by pytest-npuprecision: the shrunk failing example Hypothesis found for\n"
-              f"# {found_by}. It reruns as it is, without Hypothesis: pytest {shown.as_posix()}\n"
-              f"# Keep it and the folder {name}/ as a regression case: it fails until the op is fixed.\n")
+    header = (f"# Written by pytest-npuprecision: the failing example Hypothesis found for {found_by}\n"
+              f"# ({'shrunk' if shrunk else 'not shrunk'}). It reruns as it is, without Hypothesis: "
+              f"pytest {shown.as_posix()}\n"
+              f"# Its inputs are fixed; its standard, limits, roundings and reference are the case's as it reads\n"
+              f"# now (those below only while that case is gone). Keep it and the folder {name}/ as a\n"
+              f"# regression case: it fails until the op is fixed, then delete both to retire it.\n")
     path.write_text(header + yaml.safe_dump({"cases": [record]}, sort_keys=False, width=100), encoding="utf-8")
     return path
+
+
+def with_current_settings(case: OpCase, root: Path, origins: dict[Path, list] | None = None) -> OpCase:
+    """A regression case with the settings of the case that found it, as that case reads now; its own
+    frozen ones, said so, where that case is gone. origins caches each origin file's cases."""
+    if case.found_by is None:
+        return case
+    from .schema import load_case_file  # schema imports this module's readers' types
+
+    source, _, item = case.found_by.rpartition("::")
+    case_id = item.partition("[")[0]
+    path = root / source
+    if origins is None:
+        origins = {}
+    if path not in origins:
+        origins[path] = load_case_file(path, root) if source.endswith((".yaml", ".yml")) and path.is_file() else []
+    origin = next((c for c in origins[path] if not isinstance(c, BrokenCase) and c.id == case_id), None)
+    if origin is None:
+        return replace(case, settings_from=f"{case.found_by} is gone, so the settings frozen in this file judge it; "
+                                           f"delete the file and its folder to retire it")
+    return replace(case, **{name: getattr(origin, name) for name in _CURRENT},
+                   settings_from=f"the settings of {case.found_by} as it reads now")

@@ -95,6 +95,9 @@ class OpCase:
     max_examples: int | None = None
     seed: int | None = None  # the seed of the output gradients (default: from the case id)
     found_by: str | None = None  # a regression case: the case and dtype whose search found it
+    # A regression case: where its standard, limits, roundings and reference come from now (the case
+    # that found it, as it reads today), or why they are the ones frozen in its file.
+    settings_from: str | None = None
     draw: Callable[..., Any] | None = None  # Python cases: (draw, dtype) -> Call or tuple of args
 
     @property
