@@ -22,6 +22,7 @@ from .budget import case_bytes
 from .baseline import RecordedBaseline, RecordedCase
 from .dump import DumpCase
 from .dump_entries import EntryUnreadable
+from .error_data import save_error_data
 from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
@@ -66,6 +67,7 @@ class Settings:
     baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
     max_case_bytes: int | None = None  # a case estimated to need more is skipped as too-large; None: no limit
     float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
+    error_data: Path | None = None  # where a failing case's tensors are saved (error_data.py); None: nowhere
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, Backend):
@@ -124,6 +126,7 @@ class CaseResult:
     # The device's float32 math mode for the op ("ieee", "tf32", "hf32"), where the op is a matmul, conv
     # or rnn with a float32 result; None elsewhere.
     float32_mode: str | None = None
+    error_data: dict[str, Any] | None = None  # where its tensors were saved, or why not (failing cases only)
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -197,11 +200,14 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,
                             settings.float32) for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
+    saved = None
+    if settings.error_data is not None and status in (Status.ERROR, Status.WARNING):
+        saved = save_error_data(settings.error_data, case.case_id, materialized.args, materialized.kwargs, compared)
     state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
     return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
                       run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
                       guesses=guesses, dtype_differences=tuple(differences),
-                      float32_mode=_float32_mode(op.base_name, compared, settings.device))
+                      float32_mode=_float32_mode(op.base_name, compared, settings.device), error_data=saved)
 
 
 def _float32_mode(base_name: str, compared, device: Backend) -> str | None:

@@ -54,6 +54,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "families matmul, conv, rnn) or an ACL_PRECISION_MODE value (allow_fp32_to_fp16)")
     group.addoption("--npu-precision-report", default=None, metavar="DIR",
                     help="write cases.jsonl and msprobe-compatible accuracy_checking_*.csv here")
+    group.addoption("--npu-precision-save-error-data", action="store_true", default=False,
+                    help="save each failing dump case's inputs, device output, golden and baseline as .pt files "
+                         "under the report folder's error_data/ (bounded; needs --npu-precision-report)")
     group.addoption("--npu-precision-max-case-memory", default=None, type=memory_size, metavar="SIZE",
                     help="skip a case as too-large when its dumped shapes need more memory than this "
                          "(512MiB, 4GB, ...); default: half the available memory, shared among xdist workers")
@@ -122,6 +125,9 @@ def check_output_paths(config: pytest.Config) -> None:
     if report is not None and os.path.lexists(report) and not os.path.isdir(report):
         raise pytest.UsageError(f"--npu-precision-report {report!r} is a file, not a folder: name a folder for the "
                                 f"reports (it is created if missing)")
+    if config.getoption("npu_precision_save_error_data") and report is None:
+        raise pytest.UsageError("--npu-precision-save-error-data saves under the report folder: give "
+                                "--npu-precision-report DIR too")
     for option, what in (("npu_precision_record", "--npu-precision-record"), ("npu_precision_html", "--npu-precision-html")):
         target = config.getoption(option)
         if target is not None and os.path.isdir(target):

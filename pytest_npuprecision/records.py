@@ -35,7 +35,7 @@ def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, o
         "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
         "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
         "message": message, "seconds": None, "op_seconds": None, "outputs": [], "guesses": [],
-        "dtype_differences": [], "float32_mode": None,
+        "dtype_differences": [], "float32_mode": None, "error_data": None,
     }
 
 
@@ -57,6 +57,7 @@ def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None
         record.update(status=result.status.value, seconds=result.seconds, op_seconds=result.op_seconds,
                       notes=list(result.notes), baseline_state=result.baseline, guesses=list(result.guesses),
                       dtype_differences=list(result.dtype_differences), float32_mode=result.float32_mode,
+                      error_data=result.error_data,
                       fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
                       outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs])
     return record

@@ -198,6 +198,19 @@ class Collector:
 _LISTED = 5  # at most this many cases per kind of line
 
 
+def _error_data_lines(records: list[dict]) -> list[str]:
+    """Where --npu-precision-save-error-data put the failing cases' tensors, and what it had to leave out."""
+    kept = [r for r in records if (r.get("error_data") or {}).get("saved")]
+    left = [r for r in records if r.get("error_data") and not r["error_data"].get("saved")]
+    lines = []
+    if kept:
+        folder = Path(kept[0]["error_data"]["folder"]).parent
+        lines.append(f"error data: the tensors of {len(kept)} failing cases saved under {folder} "
+                     f"(torch.load(path, weights_only=True))")
+    lines += [f"error data not saved for {r['case_id']}: {r['error_data']['why']}" for r in left[:_LISTED]]
+    return lines
+
+
 def _math_mode_lines(records: list[dict]) -> list[str]:
     """How many float32 cases the device ran in a narrower math mode (TF32, HF32), and what that means."""
     reduced: dict[str, int] = {}
@@ -250,6 +263,7 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
                      f"their error: " + ", ".join(r["case_id"] for r in second[:_LISTED]))
         lines += _more(second, "cases passed on the second look")
     lines += _math_mode_lines(records)
+    lines += _error_data_lines(records)
     overflowed = [r for r in records if r["status"] == "overflow"]
     lines += [f"overflow: {r['case_id']}: {_overflow_text(r)}" for r in overflowed[:_LISTED]]
     lines += _more(overflowed, "overflows")

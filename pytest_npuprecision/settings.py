@@ -37,6 +37,13 @@ def backend_option(config: pytest.Config, option: str, role: str) -> Backend:
         raise pytest.UsageError(f"--{option.replace('_', '-')}: {exc}") from None
 
 
+def _error_data_folder(config: pytest.Config) -> Path | None:
+    report = config.getoption("npu_precision_report")
+    if not config.getoption("npu_precision_save_error_data") or report is None:
+        return None
+    return (config.invocation_params.dir / report / "error_data").resolve()
+
+
 def _device_option(config: pytest.Config) -> Backend:
     """The device under test, told its float32 modes or pinned to IEEE float32 as the options say."""
     from .backends import BackendError
@@ -94,7 +101,8 @@ def settings_for(config: pytest.Config) -> Settings:
         config.stash[_SETTINGS] = Settings(
             device=_device_option(config), rules=rules, float32=config.getoption("npu_precision_fp32"),
             golden=backend_option(config, "npu_precision_golden", "golden"), baseline=_baseline_option(config),
-            max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget())
+            max_case_bytes=config.getoption("npu_precision_max_case_memory") or default_budget(),
+            error_data=_error_data_folder(config))
     return config.stash[_SETTINGS]
 
 
