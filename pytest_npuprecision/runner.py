@@ -29,6 +29,7 @@ from .metrics import Accumulation
 from .ops import ResolvedOp
 from .perturbed import GoldenSpread
 from .recorded import RecordedResults, leaf_gradients, positional_gradients
+from .accumulation import ACCUMULATION_RULES
 from .bounds import forward_accumulation, grad_accumulations
 from .sides import OpExecutionError, Forward, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths
 
@@ -269,6 +270,11 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     reference = reference if reference is not None else op.reference
     golden_op = op if reference is None else replace(op, func=reference)
     math_mode = _math_mode(device_backend, golden_op, args, kwargs, notes)
+    if op.prefix == "Custom" and op.like is None and op.base_name not in ACCUMULATION_RULES:
+        notes.append(f"{op.api_name} has no like= and no accumulation rule, so its bound assumes one rounding of one "
+                     f"term per element (K = 1, no shared factor): a fused kernel that sums or normalizes errs past "
+                     f"that. Register it with like= a built-in op taking the same arguments, give its case "
+                     f"roundings: with a reason, or judge it with accumulation= (docs/op-cases.md#custom-ops)")
 
     device_side = Side(f"device ({device_backend.name})", device_backend, autocast=autocast, seed=seed)
     if recorded is None:

@@ -175,6 +175,7 @@ def test_the_failure_message(tmp_path):
           worst element [0]: actual 2, golden 1
             error there: 1 absolute, 1 relative; the standard allows 1.23e-06
           compared: actual vs golden
+          note: Custom.plus_one has no like= and no accumulation rule, so its bound assumes one rounding of one term per element (K = 1, no shared factor): a fused kernel that sums or normalizes errs past that. Register it with like= a built-in op taking the same arguments, give its case roundings: with a reason, or judge it with accumulation= (docs/op-cases.md#custom-ops)
           note: second look: the op's conditioning at these inputs explains no element's error
           docs: docs/standards.md#error-bound
         device cpu vs golden: test_op_cases.identity in float64 on cpu
