@@ -11,7 +11,7 @@ project installed (pip install -e ".[test]"). Each step runs pytest (or a probe)
 3. The shipped example dumps on cuda, serial and with -n WORKERS (per-case time from the wall time).
 4. The float32 CNN dump (examples/cnn_float32_tensor) on cuda as run, as IEEE and pinned to IEEE.
 5. The examples with a cuda golden (it must agree with the cpu golden) and with a live cpu baseline.
-6. The whole test suite with the GPU visible (-n WORKERS).
+6. The whole test suite with the GPU visible (-n SUITE_WORKERS, every core but one).
 
 Without a GPU it says so and exits 2: CI never runs it.
 """
@@ -52,7 +52,7 @@ def pytest(*words: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words]
 
 
-def steps(workers: int) -> list[Step]:
+def steps(workers: int, suite_workers: int) -> list[Step]:
     dumps, cnn = "examples/dumps", "examples/cnn_float32_tensor"
     parallel = ["-n", str(workers)]
     return [
@@ -77,7 +77,7 @@ def steps(workers: int) -> list[Step]:
         Step("examples, cuda vs live cpu baseline",
              pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", "--npu-precision-baseline", "cpu"),
              "no failure"),
-        Step(f"whole suite, GPU visible, -n {workers}", pytest(*parallel), "no failure", 420),
+        Step(f"whole suite, GPU visible, -n {suite_workers}", pytest("-n", str(suite_workers)), "no failure", 420),
     ]
 
 
@@ -103,7 +103,9 @@ def table(results: list[Result]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="xdist workers for the dumps")
+    parser.add_argument("--suite-workers", type=int, default=max((os.cpu_count() or 2) - 1, 1),
+                        help="xdist workers for the whole test suite")
     parser.add_argument("--out", type=Path, default=None, help="also write the table and each step's tail here")
     parser.add_argument("--only", default=None, help="run only the steps whose name contains this text")
     options = parser.parse_args()
@@ -116,7 +118,7 @@ def main() -> int:
               f"cudnn {torch.backends.cudnn.version()}, {os.cpu_count()} cores")
     print(header, flush=True)
     results = []
-    for step in steps(options.workers):
+    for step in steps(options.workers, options.suite_workers):
         if options.only and options.only not in step.name:
             continue
         results.append(run(step))
