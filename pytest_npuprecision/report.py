@@ -42,11 +42,28 @@ def write_jsonl(records: list[dict], path: Path) -> None:
             out.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def write_msprobe_csv(records: list[dict], folder: Path, stamp: str) -> tuple[Path, Path]:
-    """accuracy_checking_result_<stamp>.csv and accuracy_checking_details_<stamp>.csv, as msprobe writes them."""
+def write_msprobe_csv(records: list[dict], folder: Path, stamp: str) -> list[Path]:
+    """accuracy_checking_result_<stamp>.csv and accuracy_checking_details_<stamp>.csv per dump, step and rank.
+
+    msprobe's acc_check writes one pair per dump.json, and its readers key rows by API name alone
+    (api_precision_compare refuses a name twice; a resumed acc_check skips every name already listed),
+    so each dump/step/rank gets its own pair under folder/msprobe/<location>/, the case ids' location.
+    """
+    by_location: dict[str, list[dict]] = {}
+    for record in records:
+        if record.get("kind", "dump") == "dump":  # msprobe knows dumped APIs only
+            by_location.setdefault(record["location"], []).append(record)
+    written = []
+    for location, located in sorted(by_location.items()):
+        target = folder / "msprobe" / location
+        target.mkdir(parents=True, exist_ok=True)
+        written += _write_msprobe_pair(located, target, stamp)
+    return written
+
+
+def _write_msprobe_pair(records: list[dict], folder: Path, stamp: str) -> tuple[Path, Path]:
     result_path = folder / f"accuracy_checking_result_{stamp}.csv"
     details_path = folder / f"accuracy_checking_details_{stamp}.csv"
-    records = [r for r in records if r.get("kind", "dump") == "dump"]  # msprobe knows dumped APIs only
     by_api: dict[str, dict[str, dict]] = {}
     for record in records:
         by_api.setdefault(record["api"], {})[record["direction"]] = record
@@ -95,6 +112,24 @@ def _details_row(name: str, output: dict) -> list[str]:
     failing = [c["metric"] for c in output["checks"] if c["status"] != "pass"]
     row += [output["status"], f"{output['standard']} standard" + (f": {', '.join(failing)}" if failing else "")]
     return row
+
+
+_MSPROBE_FILES = "msprobe_csv_files"  # run.json's list of the CSVs its run wrote
+
+
+def _remove_previous_run(folder: Path) -> None:
+    """Removes the msprobe CSVs that the previous run.json in folder lists, so that a report folder holds one run.
+
+    Only files that run wrote, inside folder: the user's own files stay.
+    """
+    try:
+        previous = json.loads((folder / "run.json").read_text(encoding="utf-8")).get(_MSPROBE_FILES, [])
+    except (OSError, ValueError, AttributeError):
+        return
+    for name in previous if isinstance(previous, list) else []:
+        path = folder / str(name)
+        if path.name.startswith("accuracy_checking_") and folder.resolve() in path.resolve().parents:
+            path.unlink(missing_ok=True)
 
 
 class Collector:
@@ -151,10 +186,11 @@ class Collector:
         if folder is not None:
             folder = Path(folder)
             folder.mkdir(parents=True, exist_ok=True)
+            _remove_previous_run(folder)
             write_jsonl(records, folder / "cases.jsonl")
-            self._write_run(folder / "run.json")
-            self.written += [folder / "run.json", folder / "cases.jsonl",
-                             *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+            csvs = write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))
+            self._write_run(folder / "run.json", [path.relative_to(folder).as_posix() for path in csvs])
+            self.written += [folder / "run.json", folder / "cases.jsonl"] + ([folder / "msprobe"] if csvs else [])
         record_path = self.config.getoption("npu_precision_record")
         if record_path is not None:
             self._write_record(Path(record_path), records)
@@ -166,11 +202,14 @@ class Collector:
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _write_run(self, path: Path) -> None:
-        """The header line in full: device, golden and baseline with their versions and settings."""
+    def _write_run(self, path: Path, csvs: list[str]) -> None:
+        """The header line in full: device, golden and baseline with their versions and settings.
+
+        csvs: this run's msprobe CSVs, relative to the folder, so that the next run removes them.
+        """
         run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
                "machine": platform.machine(), **run_facts.for_reports(self.config).described,
-               "torch_threads": threads.for_run(self.config).as_dict()}
+               "torch_threads": threads.for_run(self.config).as_dict(), _MSPROBE_FILES: csvs}
         path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     def _write_record(self, path: Path, records: list[dict]) -> None:
