@@ -192,8 +192,9 @@ class DumpCaseItem(pytest.Item):
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
     def reportinfo(self):
-        # No domain: pytest's verbose line would print one with its dots turned into '::'.
-        return self.path, None, ""
+        # The domain heads the failure block. A bare case id would end the node id, and pytest's verbose
+        # line would then print it with its dots turned into '::'; the prefix keeps the line as it is.
+        return self.path, None, f"dump case {self.case.case_id}"
 
 
 @pytest.hookimpl(wrapper=True)

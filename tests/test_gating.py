@@ -73,7 +73,8 @@ def test_listed_cases_run_as_strict_xfail_and_the_run_passes(pytester):
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "known failures (kf.json): 6 xfail",
-        "*Functional.linear.0.forward - known failure (error, accepted *): vendor GEMM, ticket 7",
+        "*Functional.linear.0.forward - known failure step0/rank0::Functional.linear.0.forward (error, accepted *): "
+        "vendor GEMM, ticket 7",
     ])
 
 
@@ -83,7 +84,7 @@ def test_a_listed_case_that_passes_fails_so_that_the_fix_shows_up(pytester):
     result.assert_outcomes(failed=6)
     assert result.ret == 1
     result.stdout.fnmatch_lines([
-        "*[[]XPASS(strict)[]] known failure (error, accepted *)*",
+        "*[[]XPASS(strict)[]] known failure step0/rank0::Functional.linear.* (error, accepted *)*",
         "known failures (kf.json): 6 fixed",
         "  fixed: step0/rank0::Functional.linear.0.backward: now passes: remove it, or rerun with "
         "--npu-precision-update-known-failures",
