@@ -4,6 +4,7 @@ the collection of the processes that run cases. Paths only: no torch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ def check_dumps(config: pytest.Config) -> bool:
     dumps = list(dict.fromkeys(dumps))  # a path given twice is run once
     config.stash[_DUMPS] = _found_dumps(dumps)
     _refuse_dump_configuration(config, dumps)
+    if config.getoption("npu_precision_device") == "dumped":
+        _refuse_dumps_without_tensors(config.stash[_DUMPS])
     return True
 
 
@@ -39,6 +42,29 @@ def _refuse_dump_configuration(config: pytest.Config, dumps: list[str]) -> None:
             raise pytest.UsageError(f"pytest took its configuration from {inipath}, inside the dump {dump!r}: a dump "
                                     f"must not configure the run. Write the option as one word, "
                                     f"--npu-precision={dump}, or give your own with -c")
+
+
+def _refuse_dumps_without_tensors(found: list[tuple[str, list[DumpSource]]]) -> None:
+    """`--npu-precision-device dumped` judges the tensors a dump recorded: a dump without any would only skip."""
+    empty = [source for _, sources in found for source in sources
+             if not _holds_files(source.path.parent / "dump_tensor_data")]
+    if not empty:
+        return
+    named = ", ".join(str(source.path) for source in empty[:3])
+    named += f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+    raise pytest.UsageError(
+        f"--npu-precision-device dumped judges the results a dump recorded, and {named} recorded none: no "
+        f"dump_tensor_data folder with tensor files beside the dump.json (a statistics dump). Every case would "
+        f"skip. Replay it on a device instead (--npu-precision-device auto, npu or cuda), or dump with task "
+        f"'tensor' to check it offline")
+
+
+def _holds_files(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(entry.is_file() for entry in entries)
+    except OSError:
+        return False
 
 
 def _found_dumps(dumps: list[str]) -> list[tuple[str, list[DumpSource]]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 import platform
 import time
 import zlib
@@ -22,8 +23,8 @@ from .docs_links import failure_sections
 from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
 from .records import new_record
-from .summary import (counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
-                      times_limit, worst_check, worst_text)
+from .summary import (counts, exit_reasons, failing_statuses, first_failing, is_failing, judged_nothing,
+                      known_outcome, op_name, severity, times_limit, worst_check, worst_text)
 
 # msprobe's details columns, in its order (its headers are Chinese; users' scripts read them).
 DETAILS_COLUMNS = (
@@ -146,6 +147,7 @@ class Collector:
         self.written: list[Path] = []
         self.strict_warnings: bool = config.getoption("npu_precision_strict_warnings")
         self.recorded: int | None = None  # cases written to --npu-precision-record
+        self.last_line = ""  # why the run exits non-zero, printed after pytest's own last line
 
     @property
     def gate(self) -> KnownFailureGate | None:
@@ -201,6 +203,27 @@ class Collector:
         if gate is not None and gate.fails_run and session.exitstatus in (pytest.ExitCode.OK,
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if judged_nothing(records) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # a gate that checked nothing is not green
+        self.last_line = self._last_line(records, int(session.exitstatus))
+
+    def _last_line(self, records: list[dict], exitstatus: int) -> str:
+        """Why a run exits non-zero, where pytest's own last line may look green (xfails, skips)."""
+        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and judged_nothing(records):
+            return (f"npu-precision: exit status 5: no case was judged, all {len(records)} skipped "
+                    f"({_skip_reasons(records)})")
+        gate = self.gate
+        stale = len(gate.stale) if gate is not None and gate.fails_run else 0
+        reasons = exit_reasons(records, self.strict_warnings, stale, gate is not None and gate.update is not None)
+        if exitstatus != pytest.ExitCode.TESTS_FAILED or not reasons:
+            return ""
+        return f"npu-precision: exit status 1: {'; '.join(reasons)}"
+
+    def pytest_unconfigure(self) -> None:
+        # After pytest's own last line ("6 xfailed in 1.2s"), which does not say why the run failed.
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.last_line and reporter is not None:
+            reporter.write_line(self.last_line, red=True, bold=True)
 
     def _write_run(self, path: Path, csvs: list[str]) -> None:
         """The header line in full: device, golden and baseline with their versions and settings.
@@ -245,6 +268,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     lines = []
     if records:
         lines.append("cases: " + counts(r["status"] for r in records))
+    if judged_nothing(records):
+        lines.append(f"NOTHING JUDGED: every one of the {len(records)} cases skipped ({_skip_reasons(records)}), so "
+                     f"this run checked no precision and exits 5; `pytest -rs` shows each reason")
     by_standard: dict[str, list[str]] = {}
     for record in records:
         for output in record["outputs"]:
@@ -257,10 +283,15 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
             text = text.replace(f"{root.as_posix().rstrip('/')}/", "")
         lines.append(f"first failing API in {location or 'dump'}: {record['key']} ({text}){_known(record)}")
     unexpected = [r for r in records if is_failing(r, strict_warnings) and known_outcome(r) != "xfail"]
-    failing = sorted(unexpected, key=severity, reverse=True)
-    for record in failing[:_LISTED]:
+    by_api: dict[str, list[dict]] = {}  # one line per API name: the worst call, so a second defect shows
+    for record in sorted(unexpected, key=severity, reverse=True):
+        by_api.setdefault(op_name(record), []).append(record)
+    for name, calls in list(by_api.items())[:_LISTED]:
+        record = calls[0]
+        others = f" (the worst of {len(calls)} failing {name} cases)" if len(calls) > 1 else ""
         lines.append(f"worst: {record['case_id']}: {worst_text(record, statuses)}{_times(record, statuses)}"
-                     f"{_known(record)}")
+                     f"{_known(record)}{others}")
+    lines += _more(list(by_api), "failing API names")
     sections = _docs_sections(unexpected, statuses)
     if sections:
         lines.append(f"docs: {', '.join(sections)}")
@@ -285,6 +316,12 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]
     return lines
+
+
+def _skip_reasons(records: list[dict]) -> str:
+    """'12 no-recorded-output, 4 unsupported-op': why the skipped records skipped."""
+    tally = Counter(r.get("reason") or "skip" for r in records if r["status"] == "skip")
+    return ", ".join(f"{n} {reason}" for reason, n in tally.most_common())
 
 
 def _docs_sections(records: list[dict], statuses: tuple[str, ...]) -> list[str]:
