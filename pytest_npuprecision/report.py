@@ -22,6 +22,7 @@ from .baseline import write_record
 from .docs_links import failure_sections
 from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
+from .known_failures import REASON_PLACEHOLDER, without_reason
 from .records import new_record
 from .summary import (counts, exit_reasons, failing_statuses, first_failing, is_failing, judged_nothing,
                       known_outcome, op_name, severity, times_limit, worst_check, worst_text)
@@ -385,4 +386,9 @@ def _gate_notes(gate: KnownFailureGate) -> list[str]:
         u = gate.update
         notes.append(f"rewrote {gate.path}: {len(u.entries)} entries; {len(u.added)} added, {len(u.changed)} "
                      f"changed, {len(u.fixed)} removed as fixed, {len(u.stale)} stale removed")
+    unexplained = without_reason(gate.update.entries if gate.update is not None else gate.entries)
+    if unexplained:
+        notes.append(f"warning: {len(unexplained)} entries have no reason yet ({unexplained[0]}"
+                     f"{', ...' if len(unexplained) > 1 else ''}): replace {REASON_PLACEHOLDER!r} in {gate.path} "
+                     f"with why each failure is accepted, and commit it")
     return notes
