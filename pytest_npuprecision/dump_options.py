@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .dump_paths import DumpSource, find_dumps
+from .dump_paths import DumpSource, find_dumps, is_dump_part
 
 _DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
 
@@ -86,3 +86,21 @@ def _found_dumps(dumps: list[str]) -> list[tuple[str, list[DumpSource]]]:
                                         f"parent folder once instead")
         found.append((dump, sources))
     return found
+
+
+def keep_cache_out_of_dumps(config: pytest.Config) -> None:
+    """Where pytest's cache would land inside a dump (the dump became the rootdir, or the run started
+    in it), put it beside the dump instead: a dump is the user's data, and holds nothing of ours.
+
+    Runs before the cache provider makes its cache, which reads the cache_dir setting once.
+    """
+    dumps = [Path(d).resolve() for d in config.known_args_namespace.npu_precision]
+    if not config.pluginmanager.has_plugin("cacheprovider"):
+        return
+    cache = Path(config.rootpath, config.getini("cache_dir")).resolve()
+    place = cache.parent
+    while place != place.parent and (is_dump_part(place) or any(d == place or d in place.parents for d in dumps)):
+        place = place.parent
+    if place != cache.parent:
+        # getini's cache is the one place pytest reads cache_dir from; there is no public setter.
+        config._inicache["cache_dir"] = str(place / cache.name)
