@@ -124,6 +124,12 @@ class BrokenDumpItem(pytest.Item):
         return self.path, None, "broken dump.json"
 
 
+_DTYPE_ADVICE = ("Its verdict holds for the dtype judged, not for the one the model ran: if the model ran this "
+                 "call under autocast or after a cast the dump does not show, see how such calls are rebuilt in "
+                 "docs/real-models.md (a page of the pytest-npuprecision repository's docs), and the case's "
+                 "notes in cases.jsonl")
+
+
 class PrecisionFailure(AssertionError):
     """A case whose device output is not precise enough."""
 
@@ -160,7 +166,9 @@ class DumpCaseItem(pytest.Item):
             raise
         self.stash[RECORD] = record = case_record(self.case, settings, result=result, framework=framework)
         for difference in result.dtype_differences:  # never silent, even where the case passes
-            warnings.warn(JudgedDtypeWarning(f"{self.case.case_id}: {difference}"))
+            # Located at the user's dump.json, not at this line of the plugin.
+            warnings.warn_explicit(JudgedDtypeWarning(f"{self.case.case_id}: {difference}. {_DTYPE_ADVICE}"),
+                                   JudgedDtypeWarning, str(self.case.source), 0)
         failing = failing_outputs(result.outputs, self.config.getoption("npu_precision_strict_warnings"))
         if not failing:
             return
@@ -192,8 +200,9 @@ class DumpCaseItem(pytest.Item):
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
     def reportinfo(self):
-        # No domain: pytest's verbose line would print one with its dots turned into '::'.
-        return self.path, None, ""
+        # The domain heads the failure block. A bare case id would end the node id, and pytest's verbose
+        # line would then print it with its dots turned into '::'; the prefix keeps the line as it is.
+        return self.path, None, f"dump case {self.case.case_id}"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -25,6 +25,18 @@ class DumpSource:
     label: str  # the case-id prefix: "mlp_tensor/step0/rank0" under examples/dumps, "step0/rank0" for one dump
 
 
+def is_dump_part(folder: Path) -> bool:
+    """Whether a folder is part of an msprobe dump: a step or rank folder, or one that holds a dump.json or
+    step folders."""
+    if _STEP_DIR.fullmatch(folder.name) or _RANK_DIR.fullmatch(folder.name):
+        return True
+    try:
+        return (folder / "dump.json").is_file() or any(
+            _STEP_DIR.fullmatch(child.name) and child.is_dir() for child in folder.iterdir())
+    except OSError:
+        return False
+
+
 def find_dump_files(path: Path | str) -> list[Path]:
     """Every dump.json at or under ``path``, in natural order (step2 before step10)."""
     return [source.path for source in find_dumps(path)]

@@ -96,7 +96,7 @@ class KnownFailureGate:
             collected_case_ids(self.config).add(case_id)
             entry = self.entries.get(case_id)
             if entry is not None:
-                reason = (f"known failure ({entry.status}, accepted {entry.accepted}): "
+                reason = (f"known failure {case_id} ({entry.status}, accepted {entry.accepted}): "
                           f"{entry.reason or 'no reason given'}")
                 item.add_marker(pytest.mark.xfail(strict=True, raises=self.expected[entry.status], reason=reason))
 

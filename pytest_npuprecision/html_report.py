@@ -55,8 +55,8 @@ def render(records: list[dict], *, generated: str, gating: Gating) -> str:
         '<section id="summary"><h2>Summary</h2>', _tiles(records), _breakdowns(records), "</section>",
         _first_failing(records, strict),
         _gating(records, gating),
-        _case_table(records, strict, {r["case_id"] for r in failing[:MAX_PLOTTED]}),
         _failures(failing),
+        _case_table(records, strict, {r["case_id"] for r in failing[:MAX_PLOTTED]}),
         _legend(records),
         f"<script>{_SCRIPT}</script></body></html>",
     ]
@@ -153,25 +153,34 @@ def _case_table(records: list[dict], strict: bool, plotted: set[str]) -> str:
         ("standard", "text"), ("dtype", "text"), ("shape", "text"), ("worst check", "text"),
         ("× limit", "number"), ("seconds", "number")))
     rows = []
-    for r in records:
+    # Failures first, the worst status first; each status in dump order. A header click re-sorts.
+    for r in sorted(records, key=lambda r: (not is_failing(r, strict), _status_rank(r["status"]))):
         worst = worst_check(r, ALL_CHECKS)
         case = _case_link(r) if r["case_id"] in plotted else escape(r["case_id"])
         standards = ", ".join(sorted({o["standard"] for o in r["outputs"]}))
         dtypes = ", ".join(sorted({o["dtype"] for o in r["outputs"]}))
         shapes = "; ".join("x".join(map(str, o["shape"])) or "scalar" for o in r["outputs"])
         cells = [(case, r["case_id"]),
-                 (_badge(r["status"]), str(STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 9)),
+                 (_badge(r["status"]), str(_status_rank(r["status"]))),
                  (escape(known_outcome(r)), known_outcome(r)), (escape(standards), standards), (escape(dtypes), dtypes),
                  (escape(shapes), shapes), (escape(worst_text(r, ALL_CHECKS)), ""),
                  _ratio_cell(worst[1] if worst else None),
                  (f"{r['seconds']:.3f}" if r["seconds"] else "", f"{r['seconds'] or 0:.6f}")]
-        rows.append(f'<tr data-status="{escape(r["status"])}">' + "".join(
+        rows.append(f'<tr data-status="{escape(r["status"])}" data-failing="{int(is_failing(r, strict))}">' + "".join(
             f'<td data-sort="{escape(key)}">{shown}</td>' for shown, key in cells) + "</tr>")
+    statuses = sorted({r["status"] for r in records}, key=_status_rank)
+    options = "".join(f'<option value="{escape(s)}">{escape(s)}</option>' for s in statuses)
     return ('<section id="cases"><h2>Cases</h2><p><input id="filter" type="search" placeholder="filter cases" '
-            'aria-label="filter cases"> Click a column header to sort. × limit: how far the worst check '
+            'aria-label="filter cases"> <select id="status-filter" aria-label="show cases by status">'
+            f'<option value="">every status</option><option value="failing">failing</option>{options}</select> '
+            'Failing cases come first; click a column header to sort. × limit: how far the worst check '
             'lies past its limit (value / limit for a maximum).</p>'
             f'<table id="case-table" class="sortable"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def _status_rank(status: str) -> int:
+    return STATUS_ORDER.index(status) if status in STATUS_ORDER else len(STATUS_ORDER)
 
 
 def _ratio_cell(check: dict | None) -> tuple[str, str]:
@@ -211,8 +220,12 @@ def _docs_links(record: dict) -> str:
     sections = dict.fromkeys(section for o in record["outputs"] if o["status"] in ("error", "warning")
                              for section in failure_sections(o["standard"], (c["metric"] for c in o["checks"]
                                                                              if c["status"] != "pass")))
-    links = ", ".join(f'<a href="{escape(s)}">{escape(s)}</a>' for s in sections)
-    return f'<p class="docs">docs: {links}</p>' if links else ""
+    # No links: relative paths break from the report's folder, and a pip-installed plugin has no docs folder.
+    paths = ", ".join(f"<code>{escape(s)}</code>" for s in sections)
+    return f'<p class="docs">docs: {paths} {_DOCS_WHERE}</p>' if paths else ""
+
+
+_DOCS_WHERE = "(pages of the pytest-npuprecision repository's docs folder, also built by <code>mkdocs build</code>)"
 
 
 def _bin_label(exponent: int) -> str:
@@ -269,7 +282,7 @@ table.sortable th.desc::after {{ content: " ▼"; }}
 .plots figure {{ margin: 0.4em 0; }} .plots figcaption {{ font-weight: 600; }}
 svg.plot {{ font-size: 10px; margin-right: 8px; background: #fff; }} .plot-title {{ font-weight: 600; }}
 article {{ border: 1px solid #ddd; border-radius: 6px; padding: 0 1em 0.5em; margin: 1em 0; }}
-pre {{ background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 12px; }}
+pre {{ background: #f7f7f7; padding: 0.6em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; }}
 #filter {{ width: 20em; }}
 </style></head><body>"""
 
@@ -292,10 +305,14 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
     });
   });
 });
-document.getElementById("filter").addEventListener("input", function (event) {
-  var needle = event.target.value.toLowerCase();
+function filterCases() {
+  var needle = document.getElementById("filter").value.toLowerCase();
+  var status = document.getElementById("status-filter").value;
   document.querySelectorAll("#case-table tbody tr").forEach(function (row) {
-    row.hidden = needle !== "" && row.textContent.toLowerCase().indexOf(needle) < 0;
+    var shown = status === "" || (status === "failing" ? row.dataset.failing === "1" : row.dataset.status === status);
+    row.hidden = !shown || (needle !== "" && row.textContent.toLowerCase().indexOf(needle) < 0);
   });
-});
+}
+document.getElementById("filter").addEventListener("input", filterCases);
+document.getElementById("status-filter").addEventListener("change", filterCases);
 """

@@ -151,9 +151,9 @@ def _second_look(judged: "_Judgement", first: Verdict, actual, golden, spread) -
             "second look: the op's conditioning at these inputs explains no element's error",))
     second = judged.verdict(actual, moved, None, None)
     if second.status is Status.ERROR:
+        still = [c.metric for c in second.failures if c.status is Status.ERROR]  # their values are above
         return dataclasses.replace(first, notes=first.notes + (
-            excused.describe() + "; the rest still fail: " + "; ".join(c.describe() for c in second.failures
-                                                                      if c.status is Status.ERROR),))
+            f"{excused.describe()}; the rest still fail {', '.join(still)}",))
     return dataclasses.replace(second, notes=second.notes + (excused.describe(),), excused=excused)
 
 

@@ -33,6 +33,8 @@ from .config_files import ConfigError, load_json, validate
 from .summary import check_excess, excess, failing_checks, is_failing, number
 
 STATUSES = ("error", "warning", "input-error")  # what a listed case may fail with
+# The reason an update writes for a new entry: every run warns about it until someone writes the real one.
+REASON_PLACEHOLDER = "TODO: why is this failure accepted? (a ticket, the vendor kernel, a fix planned)"
 
 
 class KnownFailuresError(ValueError):
@@ -157,7 +159,8 @@ def updated(old: Mapping[str, KnownFailure], records: Iterable[dict], collected:
     for record in records:
         case_id, previous = record["case_id"], old.get(record["case_id"])
         if record["status"] in STATUSES and is_failing(record, strict_warnings):
-            entry = entry_from_record(record, previous.reason if previous else "", today, strict_warnings)
+            entry = entry_from_record(record, previous.reason if previous else REASON_PLACEHOLDER, today,
+                                      strict_warnings)
             if previous is not None and _same(previous, entry):
                 entry = previous
             elif previous is not None:
@@ -170,6 +173,12 @@ def updated(old: Mapping[str, KnownFailure], records: Iterable[dict], collected:
             fixed.append(case_id)
     stale = sorted(set(old) - collected)
     return Update(entries, tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(fixed)), tuple(stale))
+
+
+def without_reason(entries: Mapping[str, KnownFailure]) -> list[str]:
+    """The case ids of the entries whose reason is still empty or the update's placeholder, sorted."""
+    return sorted(case_id for case_id, entry in entries.items()
+                  if entry.reason.strip() in ("", REASON_PLACEHOLDER))
 
 
 def _same(a: KnownFailure, b: KnownFailure) -> bool:

@@ -17,7 +17,8 @@ METRIC_MEANINGS = {
     "bound_bias": "mean signed error over the bound: an offset hidden under a loose bound",
     "magnitude_bound_bias": "mean growth of |actual| over |golden|, over the bound: scaling or truncation",
     "rounding_bias": "share of elements rounded one way beyond the other (up or down, toward or away "
-                     "from zero): a wrong rounding mode",
+                     "from zero): truncation, a wrong rounding mode, or a scaling or offset that moves "
+                     "every element the same way",
     "mean_residual_ratio": "mean error left once each row's common offset and scale are taken out, "
                            "over the per-element bound: noise",
     "rmse_ratio": "RMSE of the device over that of the baseline",

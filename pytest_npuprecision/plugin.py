@@ -22,6 +22,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    if getattr(early_config.known_args_namespace, "npu_precision", None):
+        from .dump_options import keep_cache_out_of_dumps
+
+        keep_cache_out_of_dumps(early_config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "npu_precision: a precision case from an msprobe dump")
     config.addinivalue_line("markers", "npu_forward: a forward API call from a dump")

@@ -42,6 +42,9 @@ def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
     decoded = decode_for(case.key, lambda v: decode_value(v, "output"), value, case.source)
     named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
     files = [(name, spec) for name, spec in named if spec.data_name is not None]
+    inline = _inline_results(decoded if isinstance(decoded, list) else [decoded])
+    if not named and inline and case.direction == "forward":  # Tensor.__bool__: the dump holds the value itself
+        return RecordedResults(outputs=inline)
     if not files:
         what = "gradients" if case.direction == "backward" else "outputs"
         raise NothingRecorded(f"{case.key}: the dump holds no {what} tensor files (a statistics dump, or "
@@ -130,9 +133,10 @@ def leaf_gradients(recorded: tuple[torch.Tensor, ...], outputs: list, leaves: di
     if node is None:
         return {}
     if len(node.next_functions) != len(recorded):
-        notes.append(f"the dump records {len(recorded)} gradients of the call's last autograd node, this torch's "
-                     f"{node.name()} has {len(node.next_functions)} inputs: the device's graph differs, so its "
-                     f"gradients cannot be placed; not compared")
+        notes.append(_reshape_note(node) if node.name() in _RESHAPES else (
+            f"the dump records {len(recorded)} gradients for the last step of this call's backward, where this "
+            f"torch's has {len(node.next_functions)} (autograd's {node.name()}): the device computed the backward "
+            f"another way, so the recorded gradients cannot be matched to the call's arguments. {_REPLAY}"))
         return {}
     by_leaf = {id(leaf): path for path, leaf in leaves.items()}
     found: dict[str, torch.Tensor] = {}
@@ -141,8 +145,10 @@ def leaf_gradients(recorded: tuple[torch.Tensor, ...], outputs: list, leaves: di
             continue
         path, move = _leaf_of(edge, by_leaf)
         if path is None or path in found:
-            notes.append(f"the dump's gradient {index} belongs to an input of {node.name()} computed inside the "
-                         f"call, not to an argument: not compared")
+            notes.append(_reshape_note(node) if node.name() in _RESHAPES else (
+                f"the dump's gradient {index} is that of an intermediate result inside this call (autograd's "
+                f"{node.name()}), not of one of its arguments, so it has no argument's gradient to be compared "
+                f"with. {_REPLAY}"))
             continue
         try:
             found[path] = move(grad, leaves[path].shape)
@@ -150,6 +156,17 @@ def leaf_gradients(recorded: tuple[torch.Tensor, ...], outputs: list, leaves: di
             notes.append(f"the dump's gradient {index} ({tuple(grad.shape)}) does not fit {path} "
                          f"{tuple(leaves[path].shape)}: not compared ({exc})")
     return found
+
+
+_REPLAY = "A replay on a device (--npu-precision-device npu or cuda) judges this backward"
+
+
+def _reshape_note(node) -> str:
+    """msprobe hooks the last autograd node of a call; for a 3-D linear or matmul that is a reshape."""
+    return (f"msprobe recorded the gradient of a reshape inside this call (autograd's {node.name()}, the last "
+            f"step of its backward), not the gradients of its arguments: a reshape holds no arithmetic to judge, "
+            f"and the arguments' gradients cannot be read from it. Nothing in the dump needs fixing: the forward "
+            f"case judges this call's arithmetic. {_REPLAY}")
 
 
 def _leaf_of(edge, by_leaf: dict[int, str]):
@@ -188,6 +205,14 @@ def _named(values: list, prefix: str) -> list[tuple[str, TensorSpec]]:
         elif isinstance(value, (list, tuple)):
             found.extend(_named(list(value), name))
     return found
+
+
+def _inline_results(values: list) -> tuple[tuple[str, torch.Tensor], ...]:
+    """A forward's outputs that dump.json holds as exact values (a bool, an int), as the runner names them."""
+    exact = [isinstance(value, (bool, int)) for value in values]
+    if not values or not all(exact):
+        return ()
+    return tuple((f"output.{i}", torch.tensor(value)) for i, value in enumerate(values))
 
 
 def _as_tensor(value: Any) -> torch.Tensor:

@@ -113,5 +113,5 @@ def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
             or record.get("baseline_state") == "missing" or any(o.get("excused") for o in record["outputs"])):
         return record
     return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
-            "status": record["status"],
+            "status": record["status"], **({"reason": record["reason"]} if record["reason"] else {}),
             "outputs": [{"standard": o["standard"], "status": o["status"]} for o in record["outputs"]]}

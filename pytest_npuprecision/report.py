@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 import platform
 import time
 import zlib
@@ -21,9 +22,10 @@ from .baseline import write_record
 from .docs_links import failure_sections
 from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
+from .known_failures import REASON_PLACEHOLDER, without_reason
 from .records import new_record
-from .summary import (counts, failing_statuses, first_failing, is_failing, known_outcome, severity,
-                      times_limit, worst_check, worst_text)
+from .summary import (counts, exit_reasons, failing_statuses, first_failing, is_failing, judged_nothing,
+                      known_outcome, op_name, severity, times_limit, worst_check, worst_text)
 
 # msprobe's details columns, in its order (its headers are Chinese; users' scripts read them).
 DETAILS_COLUMNS = (
@@ -42,11 +44,28 @@ def write_jsonl(records: list[dict], path: Path) -> None:
             out.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def write_msprobe_csv(records: list[dict], folder: Path, stamp: str) -> tuple[Path, Path]:
-    """accuracy_checking_result_<stamp>.csv and accuracy_checking_details_<stamp>.csv, as msprobe writes them."""
+def write_msprobe_csv(records: list[dict], folder: Path, stamp: str) -> list[Path]:
+    """accuracy_checking_result_<stamp>.csv and accuracy_checking_details_<stamp>.csv per dump, step and rank.
+
+    msprobe's acc_check writes one pair per dump.json, and its readers key rows by API name alone
+    (api_precision_compare refuses a name twice; a resumed acc_check skips every name already listed),
+    so each dump/step/rank gets its own pair under folder/msprobe/<location>/, the case ids' location.
+    """
+    by_location: dict[str, list[dict]] = {}
+    for record in records:
+        if record.get("kind", "dump") == "dump":  # msprobe knows dumped APIs only
+            by_location.setdefault(record["location"], []).append(record)
+    written = []
+    for location, located in sorted(by_location.items()):
+        target = folder / "msprobe" / location
+        target.mkdir(parents=True, exist_ok=True)
+        written += _write_msprobe_pair(located, target, stamp)
+    return written
+
+
+def _write_msprobe_pair(records: list[dict], folder: Path, stamp: str) -> tuple[Path, Path]:
     result_path = folder / f"accuracy_checking_result_{stamp}.csv"
     details_path = folder / f"accuracy_checking_details_{stamp}.csv"
-    records = [r for r in records if r.get("kind", "dump") == "dump"]  # msprobe knows dumped APIs only
     by_api: dict[str, dict[str, dict]] = {}
     for record in records:
         by_api.setdefault(record["api"], {})[record["direction"]] = record
@@ -97,6 +116,24 @@ def _details_row(name: str, output: dict) -> list[str]:
     return row
 
 
+_MSPROBE_FILES = "msprobe_csv_files"  # run.json's list of the CSVs its run wrote
+
+
+def _remove_previous_run(folder: Path) -> None:
+    """Removes the msprobe CSVs that the previous run.json in folder lists, so that a report folder holds one run.
+
+    Only files that run wrote, inside folder: the user's own files stay.
+    """
+    try:
+        previous = json.loads((folder / "run.json").read_text(encoding="utf-8")).get(_MSPROBE_FILES, [])
+    except (OSError, ValueError, AttributeError):
+        return
+    for name in previous if isinstance(previous, list) else []:
+        path = folder / str(name)
+        if path.name.startswith("accuracy_checking_") and folder.resolve() in path.resolve().parents:
+            path.unlink(missing_ok=True)
+
+
 class Collector:
     """Gathers case records; writes the reports, settles the gate and prints the summary, once.
 
@@ -111,6 +148,7 @@ class Collector:
         self.written: list[Path] = []
         self.strict_warnings: bool = config.getoption("npu_precision_strict_warnings")
         self.recorded: int | None = None  # cases written to --npu-precision-record
+        self.last_line = ""  # why the run exits non-zero, printed after pytest's own last line
 
     @property
     def gate(self) -> KnownFailureGate | None:
@@ -151,10 +189,11 @@ class Collector:
         if folder is not None:
             folder = Path(folder)
             folder.mkdir(parents=True, exist_ok=True)
+            _remove_previous_run(folder)
             write_jsonl(records, folder / "cases.jsonl")
-            self._write_run(folder / "run.json")
-            self.written += [folder / "run.json", folder / "cases.jsonl",
-                             *write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))]
+            csvs = write_msprobe_csv(records, folder, time.strftime("%Y%m%d%H%M%S"))
+            self._write_run(folder / "run.json", [path.relative_to(folder).as_posix() for path in csvs])
+            self.written += [folder / "run.json", folder / "cases.jsonl"] + ([folder / "msprobe"] if csvs else [])
         record_path = self.config.getoption("npu_precision_record")
         if record_path is not None:
             self._write_record(Path(record_path), records)
@@ -165,12 +204,36 @@ class Collector:
         if gate is not None and gate.fails_run and session.exitstatus in (pytest.ExitCode.OK,
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if judged_nothing(records) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # a gate that checked nothing is not green
+        self.last_line = self._last_line(records, int(session.exitstatus))
 
-    def _write_run(self, path: Path) -> None:
-        """The header line in full: device, golden and baseline with their versions and settings."""
+    def _last_line(self, records: list[dict], exitstatus: int) -> str:
+        """Why a run exits non-zero, where pytest's own last line may look green (xfails, skips)."""
+        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and judged_nothing(records):
+            return (f"npu-precision: exit status 5: no case was judged, all {len(records)} skipped "
+                    f"({_skip_reasons(records)})")
+        gate = self.gate
+        stale = len(gate.stale) if gate is not None and gate.fails_run else 0
+        reasons = exit_reasons(records, self.strict_warnings, stale, gate is not None and gate.update is not None)
+        if exitstatus != pytest.ExitCode.TESTS_FAILED or not reasons:
+            return ""
+        return f"npu-precision: exit status 1: {'; '.join(reasons)}"
+
+    def pytest_unconfigure(self) -> None:
+        # After pytest's own last line ("6 xfailed in 1.2s"), which does not say why the run failed.
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.last_line and reporter is not None:
+            reporter.write_line(self.last_line, red=True, bold=True)
+
+    def _write_run(self, path: Path, csvs: list[str]) -> None:
+        """The header line in full: device, golden and baseline with their versions and settings.
+
+        csvs: this run's msprobe CSVs, relative to the folder, so that the next run removes them.
+        """
         run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
                "machine": platform.machine(), **run_facts.for_reports(self.config).described,
-               "torch_threads": threads.for_run(self.config).as_dict()}
+               "torch_threads": threads.for_run(self.config).as_dict(), _MSPROBE_FILES: csvs}
         path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     def _write_record(self, path: Path, records: list[dict]) -> None:
@@ -238,6 +301,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     lines = []
     if records:
         lines.append("cases: " + counts(r["status"] for r in records))
+    if judged_nothing(records):
+        lines.append(f"NOTHING JUDGED: every one of the {len(records)} cases skipped ({_skip_reasons(records)}), so "
+                     f"this run checked no precision and exits 5; `pytest -rs` shows each reason")
     by_standard: dict[str, list[str]] = {}
     for record in records:
         for output in record["outputs"]:
@@ -250,10 +316,15 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
             text = text.replace(f"{root.as_posix().rstrip('/')}/", "")
         lines.append(f"first failing API in {location or 'dump'}: {record['key']} ({text}){_known(record)}")
     unexpected = [r for r in records if is_failing(r, strict_warnings) and known_outcome(r) != "xfail"]
-    failing = sorted(unexpected, key=severity, reverse=True)
-    for record in failing[:_LISTED]:
+    by_api: dict[str, list[dict]] = {}  # one line per API name: the worst call, so a second defect shows
+    for record in sorted(unexpected, key=severity, reverse=True):
+        by_api.setdefault(op_name(record), []).append(record)
+    for name, calls in list(by_api.items())[:_LISTED]:
+        record = calls[0]
+        others = f" (the worst of {len(calls)} failing {name} cases)" if len(calls) > 1 else ""
         lines.append(f"worst: {record['case_id']}: {worst_text(record, statuses)}{_times(record, statuses)}"
-                     f"{_known(record)}")
+                     f"{_known(record)}{others}")
+    lines += _more(list(by_api), "failing API names")
     sections = _docs_sections(unexpected, statuses)
     if sections:
         lines.append(f"docs: {', '.join(sections)}")
@@ -280,6 +351,12 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]
     return lines
+
+
+def _skip_reasons(records: list[dict]) -> str:
+    """'12 no-recorded-output, 4 unsupported-op': why the skipped records skipped."""
+    tally = Counter(r.get("reason") or "skip" for r in records if r["status"] == "skip")
+    return ", ".join(f"{n} {reason}" for reason, n in tally.most_common())
 
 
 def _docs_sections(records: list[dict], statuses: tuple[str, ...]) -> list[str]:
@@ -343,4 +420,9 @@ def _gate_notes(gate: KnownFailureGate) -> list[str]:
         u = gate.update
         notes.append(f"rewrote {gate.path}: {len(u.entries)} entries; {len(u.added)} added, {len(u.changed)} "
                      f"changed, {len(u.fixed)} removed as fixed, {len(u.stale)} stale removed")
+    unexplained = without_reason(gate.update.entries if gate.update is not None else gate.entries)
+    if unexplained:
+        notes.append(f"warning: {len(unexplained)} entries have no reason yet ({unexplained[0]}"
+                     f"{', ...' if len(unexplained) > 1 else ''}): replace {REASON_PLACEHOLDER!r} in {gate.path} "
+                     f"with why each failure is accepted, and commit it")
     return notes

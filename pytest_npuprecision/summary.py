@@ -153,3 +153,26 @@ def counts(values: Iterable[str]) -> str:
     tally = Counter(values)
     order = sorted(tally, key=lambda s: (STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER), s))
     return ", ".join(f"{tally[s]} {s}" for s in order)
+
+
+def judged_nothing(records: list[dict]) -> bool:
+    """Cases ran and every one skipped: the run checked no precision at all."""
+    return bool(records) and all(r["status"] == "skip" for r in records)
+
+
+def exit_reasons(records: list[dict], strict_warnings: bool, stale: int, updated: bool) -> list[str]:
+    """Why the run's precision cases fail it, one phrase each; stale: the stale entries that fail it.
+
+    updated: the known-failures file was just rewritten, so the next run judges against the new one.
+    """
+    listed = Counter(known_outcome(r) for r in records)
+    unexpected = sum(1 for r in records if is_failing(r, strict_warnings) and not known_outcome(r))
+    next_run = " (the update listed them: the next run accepts them)" if updated else ""
+    reasons = [f"{unexpected} cases failed{next_run}"] if unexpected else []
+    reasons += [f"{listed['regression']} known failures regressed"] if listed["regression"] else []
+    reasons += [f"{listed['changed']} known failures failed differently"] if listed["changed"] else []
+    if listed["fixed"]:
+        removed = " (the update removed them: the next run passes)" if updated else ""
+        reasons.append(f"{listed['fixed']} known failures now pass (XPASS strict){removed}")
+    reasons += [f"{stale} stale known-failure entries match no collected case"] if stale else []
+    return reasons

@@ -92,6 +92,38 @@ class Verdict:
         return tuple(c for c in self.checks if c.status is not Status.PASS)
 
 
+# Metrics that a mean over every element decides: the worst element may lie well within what the
+# standard allows there, so a message led by one of them says what decided instead.
+MEAN_DECIDED = frozenset({"bound_bias", "magnitude_bound_bias", "rounding_bias", "mean_bound_ratio", "mean_ulp_err",
+                          "mean_residual_ratio"})
+_SIGNED_MEANS = frozenset({"bound_bias", "magnitude_bound_bias"})
+
+
+def _brief(check: Check) -> str:
+    """'mean_bound_ratio 27476.8 > 1': a failing check on part of one line."""
+    text = f"{check.metric} {_number(check.value)} {check.relation} {_number(check.limit)}"
+    return text if check.status is Status.ERROR else f"{text} [{check.status.value}]"
+
+
+def _decided_by_all(check: Check, m: Metrics) -> str:
+    """What decided a verdict that no single element decides, in place of the worst element (which may
+    lie well within what the standard allows there, and would point the wrong way)."""
+    if check.metric in _SIGNED_MEANS:
+        lean = "grows |actual| over |golden|" if check.metric == "magnitude_bound_bias" else "leans one way"
+        return (f"  decided by the mean signed error, not by one element: the device {lean} by "
+                f"{_number(check.value, 3)} of each element's error bound on average, where "
+                f"{_number(check.limit, 3)} is allowed (mean relative error {_number(m.mean_rel_err, 3)}): "
+                f"a scaling or an offset, though each element may lie within its own bound")
+    if check.metric == "rounding_bias":
+        return (f"  decided by the direction of the errors, not by one element: {_share_of(check.value)} more "
+                f"elements err one way than the other, where {_share_of(check.limit)} is allowed")
+    return f"  decided by the mean over all {m.numel} elements ({check.metric}), not by one element"
+
+
+def _share_of(value: float) -> str:
+    return f"{100 * value:.3g}%"
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     if value is None:
         return "-"
@@ -155,8 +187,9 @@ def render_message(verdict: Verdict) -> str:
     name = verdict.op or "<tensor>"
     shape = "x".join(map(str, verdict.shape)) or "scalar"
     lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]
-    shown = verdict.failures or verdict.checks
-    for check in shown:
+    # The first failing check, in the standard's order, decides: it leads in full, the rest share one line.
+    failures = verdict.failures
+    for check in failures[:1] or verdict.checks:
         text = f"  {check.describe()}"
         if check.baseline is not None:
             text += f" (baseline {_number(check.baseline)})"
@@ -165,13 +198,17 @@ def render_message(verdict: Verdict) -> str:
         lines.append(text)
         if meaning(check.metric):
             lines.append(f"      = {meaning(check.metric)}")
+    if len(failures) > 1:
+        lines.append("  also failing: " + ", ".join(_brief(check) for check in failures[1:]))
     if verdict.status is Status.OVERFLOW:
         lines.append(overflow_line(verdict))
-    count = mismatched(verdict) if verdict.failures else None
+    count = mismatched(verdict) if failures else None
     if count is not None:
         bad, total, what = count
         lines.append(f"  mismatched elements: {bad} / {total} ({_share(bad, total)}) {what}")
-    if verdict.worst is not None:
+    if failures and failures[0].metric in MEAN_DECIDED:
+        lines.append(_decided_by_all(failures[0], verdict.metrics))
+    elif verdict.worst is not None:
         w = verdict.worst
         where = ", ".join(map(str, w.index)) or "scalar"
         text = f"  worst element [{where}]: actual {_value(w.actual)}, golden {_value(w.golden)}"

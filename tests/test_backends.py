@@ -13,6 +13,7 @@ import platform
 import sys
 import textwrap
 import types
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -225,6 +226,7 @@ def test_every_report_records_device_golden_baseline_and_seed(pytester, user_mod
                                 "--junitxml", "r/junit.xml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
     run = json.loads((pytester.path / "r" / "run.json").read_text())
+    assert [Path(name).parent.as_posix() for name in run.pop("msprobe_csv_files")] == ["msprobe/step0/rank0"] * 2
     cpu = {"name": "cpu", "device_name": _cpu_name(), "versions": {"torch": torch.__version__}, "settings": {}}
     assert run == {"pytest_npuprecision": pytest_npuprecision.__version__, "python": platform.python_version(),
                    "machine": platform.machine(), "device": dict(cpu, name="made-by-a-function"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -125,8 +126,10 @@ def test_the_html_report_links_a_failing_case_to_its_standard():
               "source": "", "seed": 1, "device": "cpu", "golden": "cpu float64", "baseline": "none",
               "status": "error", "reason": "", "message": "output.0: ...", "seconds": 0.1, "outputs": [output]}
     html = render([record], generated="now", gating=Gating())
-    assert ('<p class="docs">docs: <a href="docs/standards.md#error-bound">docs/standards.md#error-bound</a></p>'
-            in html)
+    # A path, said to be the repository's: a relative link would break from the report folder (issue 42).
+    assert ("<p class=\"docs\">docs: <code>docs/standards.md#error-bound</code> (pages of the pytest-npuprecision "
+            "repository's docs folder" in html)
+    assert 'href="docs/' not in html
 
 
 # ---------------------------------------------------------------- the README is a front door
@@ -135,12 +138,47 @@ def test_the_html_report_links_a_failing_case_to_its_standard():
 def test_the_readme_is_a_front_door_that_links_to_pages_that_exist():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 250
-    assert readme.startswith('# pytest-npuprecision\n\n```bash\npip install torch==2.13.0 -e ".[test]" && '
-                             'pytest --npu-precision examples/dumps\npython -m pytest -n 2\n```\n')
+    commands = _first_commands(readme)
+    # The fresh-venv install pins torch; the one for an existing torch or torch_npu never names torch.
+    assert commands[0].endswith('pip install torch==2.13.0 -e ".[test]"')
+    assert commands[1] == 'python -c "import torch" && pip install -e ".[test]"'
+    assert commands[2:] == ["pytest --npu-precision examples/dumps", "python -m pytest -n 2"]
     for target in re.findall(r"\]\((docs/[^)\s]+)\)", readme):
         path, _, anchor = target.partition("#")
         assert (ROOT / path).is_file(), target
         assert not anchor or anchor in anchors(ROOT / path), target
+
+
+def _first_commands(readme: str) -> list[str]:
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_ci_runs_the_readmes_install_and_commands():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = _first_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert 'pip install --quiet torch==2.13.0 -e ".[test]"' in ci
+    assert "\n" + commands[2] + " " in ci  # the main job, with a report folder added
+    assert ci.rstrip().endswith(commands[3])
+
+
+def test_the_readmes_first_run_is_what_the_example_dumps_give(pytester):
+    """The counts the README promises a new user, from the command it gives (CPU or GPU, no torch_npu)."""
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed: the README counts a first run without it")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    items, passed, skipped = map(int, re.search(
+        r"collects (\d+) items and ends `(\d+) passed, (\d+) skipped`", readme).groups())
+    shutil.copytree(ROOT / "examples" / "dumps", pytester.path / "examples" / "dumps")
+    result = pytester.runpytest("--npu-precision", "examples/dumps", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=passed, skipped=skipped)
+    assert passed + skipped == items
+    assert f"cases: {passed} pass, {skipped} skip" in result.stdout.str()
+    reasons = re.findall(r"SKIPPED \[(\d+)\] .*\[unsupported-op\] unsupported: (NPU\.\w+): torch_npu is not installed",
+                         result.stdout.str())
+    assert sum(int(count) for count, _ in reasons) == skipped
+    for count, op in reasons:
+        assert f"`{op}` {count}" in readme.replace("\n", " ")
 
 
 def test_the_terminal_summary_links_the_sections_of_the_failed_standards(pytester):

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from fixtures import FIXTURES, needs_dumps
+from pytest_npuprecision.known_failures import REASON_PLACEHOLDER
 
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 pytestmark = needs_dumps(DUMP)
@@ -55,7 +56,7 @@ def test_update_writes_a_sorted_reviewable_file_of_the_failures(pytester):
     assert list(data) == sorted(LINEAR)
     entry = data["step0/rank0::Functional.linear.0.forward"]
     assert entry["accepted"] == datetime.date.today().isoformat()
-    assert entry["reason"] == "" and entry["status"] == "error"
+    assert entry["reason"] == REASON_PLACEHOLDER and entry["status"] == "error"
     [check] = entry["outputs"]["output.0"]
     assert check["metric"] == "max_bound_ratio" and check["limit"] == 0.05 and 0.05 < check["value"] < 8
     assert f'        {json.dumps(check)}\n' in text  # one check per line
@@ -63,6 +64,24 @@ def test_update_writes_a_sorted_reviewable_file_of_the_failures(pytester):
                                  "0 stale removed"])
     accept(pytester)
     assert (pytester.path / "kf.json").read_text() == text  # nothing changed, nothing rewritten differently
+
+
+def test_entries_without_a_reason_are_warned_about_until_someone_writes_one(pytester):
+    accept(pytester).stdout.fnmatch_lines([
+        f"  warning: 6 entries have no reason yet (step0/rank0::Functional.linear.0.backward, ...): replace "
+        f"'{REASON_PLACEHOLDER}' in kf.json with why each failure is accepted, and commit it"])
+    known(pytester).stdout.fnmatch_lines(["  warning: 6 entries have no reason yet *"])
+
+    def explain_all_but_one(data: dict) -> None:
+        for entry in data.values():
+            entry["reason"] = "vendor GEMM, ticket 7"
+        data["step0/rank0::Functional.linear.0.forward"]["reason"] = ""
+
+    edit(pytester, explain_all_but_one)
+    known(pytester).stdout.fnmatch_lines([
+        "  warning: 1 entries have no reason yet (step0/rank0::Functional.linear.0.forward): *"])
+    edit(pytester, lambda d: d["step0/rank0::Functional.linear.0.forward"].update(reason="ticket 8"))
+    assert "no reason yet" not in known(pytester).stdout.str()
 
 
 def test_listed_cases_run_as_strict_xfail_and_the_run_passes(pytester):
@@ -73,7 +92,8 @@ def test_listed_cases_run_as_strict_xfail_and_the_run_passes(pytester):
     assert result.ret == 0
     result.stdout.fnmatch_lines([
         "known failures (kf.json): 6 xfail",
-        "*Functional.linear.0.forward - known failure (error, accepted *): vendor GEMM, ticket 7",
+        "*Functional.linear.0.forward - known failure step0/rank0::Functional.linear.0.forward (error, accepted *): "
+        "vendor GEMM, ticket 7",
     ])
 
 
@@ -83,7 +103,7 @@ def test_a_listed_case_that_passes_fails_so_that_the_fix_shows_up(pytester):
     result.assert_outcomes(failed=6)
     assert result.ret == 1
     result.stdout.fnmatch_lines([
-        "*[[]XPASS(strict)[]] known failure (error, accepted *)*",
+        "*[[]XPASS(strict)[]] known failure step0/rank0::Functional.linear.* (error, accepted *)*",
         "known failures (kf.json): 6 fixed",
         "  fixed: step0/rank0::Functional.linear.0.backward: now passes: remove it, or rerun with "
         "--npu-precision-update-known-failures",

@@ -147,6 +147,20 @@ def test_the_page_has_its_summary_table_and_plots_and_loads_nothing(pytester):
     assert policy["content"].startswith("default-src 'none'")
 
 
+def test_failures_come_first_with_a_status_filter_and_messages_wrap(pytester):
+    """Issue 42: the failing cases first (their section, then the table's first rows), a status filter,
+    long message lines wrapped rather than scrolled."""
+    text, records = make_report(pytester)
+    page = Page(text)
+    assert text.index('<section id="failures">') < text.index('<section id="cases">')
+    statuses = [attrs["data-status"] for tag, attrs in page.tags if tag == "tr" and "data-status" in attrs]
+    failing = sum(r["status"] == "error" for r in records.values())
+    assert statuses[:failing] == ["error"] * failing and "error" not in statuses[failing:]
+    assert page.find("select", id="status-filter")
+    assert page.find("option", value="failing") and page.find("option", value="warning")
+    assert "white-space: pre-wrap" in text and "overflow-x: auto" not in text
+
+
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)
 SORT_BY_LIMIT = """<script>

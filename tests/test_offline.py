@@ -46,10 +46,12 @@ def test_offline_verdicts_equal_cpu_verdicts_on_cpu_recorded_dumps(pytester, dum
     assert judged >= 0.75 * len(offline)
 
 
-def test_statistics_dumps_skip_offline_saying_what_to_dump(pytester):
-    offline = run(pytester, fixture_dump("mlp_statistics"), "dumped")
-    assert {r["reason"] for r in offline.values()} == {"no-recorded-output"}
-    assert all("dump with task 'tensor' and data_mode 'all'" in r["message"] for r in offline.values())
+def test_statistics_dumps_are_refused_offline_saying_what_to_dump(pytester):
+    """Every case would skip (no recorded tensor): one usage error instead of a green run (issue 42)."""
+    result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_statistics")), "--npu-precision-device",
+                                "dumped", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "or dump with task 'tensor' to check it offline" in result.stderr.str()
 
 
 def _copy(tmp_path: Path, dump: str) -> Path:

@@ -161,17 +161,17 @@ cases:
     result = pytester.runpytest("op_cases", "-p", "no:cacheprovider", "--npu-precision-device", "cpu")
     result.assert_outcomes(failed=4, passed=2)
     result.stdout.fnmatch_lines([
-        "*_ op case broken.yaml (unreadable) _*",
+        "*_ op case op_cases/broken.yaml::broken.yaml (unreadable) _*",
         "op_cases/broken.yaml is not valid YAML at line 1, column 9 (expected the node content, but found "
         "'<stream end>'): fix the syntax",
-        "*_ op case unknown-op[[]float32[]] _*",
+        "*_ op case op_cases/mixed.yaml::unknown-op[[]float32[]] _*",
         "op_cases/mixed.yaml, case 'unknown-op', field op: 'Functional.gelux' cannot run here (Functional.gelux: "
         "not a known operator: torch.nn.functional.gelux is not a known operator of this torch *): use an msprobe name (Functional.gelu), a dotted path "
         "(torch.nn.functional.gelu) or a name registered with register_op",
-        "*_ op case impossible-shape (unreadable) _*",
+        "*_ op case op_cases/mixed.yaml::impossible-shape (unreadable) _*",
         "op_cases/mixed.yaml, case 'impossible-shape', field dims.D: [[]9, 3[]] is empty: give [[]low, high[]] "
         "with low <= high",
-        "*_ op case inputs-that-do-not-fit[[]float32[]] _*",
+        "*_ op case op_cases/mixed.yaml::inputs-that-do-not-fit[[]float32[]] _*",
         "Torch.matmul [[]float32[]]: op_cases/mixed.yaml, case 'inputs-that-do-not-fit': the drawn inputs do not "
         "fit the op: Torch.matmul raised RuntimeError on the device (cpu) during forward: mat1 and mat2 shapes "
         "cannot be multiplied (2x3 and 4x5): fix the case's shapes, dtypes or values",

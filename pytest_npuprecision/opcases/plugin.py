@@ -135,7 +135,7 @@ class BrokenCaseItem(pytest.Item):
         return str(excinfo.value)
 
     def reportinfo(self):
-        return self.path, None, f"op case {self.name} (unreadable)"
+        return self.path, None, f"op case {self.nodeid} (unreadable)"
 
 
 class OpCaseItem(pytest.Item):
@@ -155,7 +155,7 @@ class OpCaseItem(pytest.Item):
         return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
 
     def reportinfo(self):
-        return self.path, None, f"op case {self.name}"
+        return self.path, None, f"op case {self.nodeid}"  # its case id; why the prefix: DumpCaseItem.reportinfo
 
 
 class _Reporter:
