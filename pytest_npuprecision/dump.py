@@ -247,10 +247,10 @@ def _case_id(location: str, key: str) -> str:
 def _key_problem(case: DumpCase, source: Path, duplicates: dict[str, int]) -> str | None:
     """Why a key alone makes its case the dump's fault: given twice, or holding unprintable characters."""
     if duplicates:
-        for key, role in ((case.key, "the key"), (case.forward_key, f"the forward entry of {quoted_key(case.key)},")):
+        for key, role in ((case.key, ""), (case.forward_key, f", the forward entry of {quoted_key(case.key)},")):
             if key in duplicates:
-                return (f"{source}: {role} {quoted_key(key)} appears {duplicates[key]} times, so which entry it "
-                        "names is ambiguous; re-dump the model or keep one entry under each key")
+                return (f"{source}: the key {quoted_key(key)}{role} appears {duplicates[key]} times, so which entry "
+                        "it names is ambiguous; re-dump the model or keep one entry under each key")
     if case.known_skip is not None and case.known_skip[0] is SkipReason.MALFORMED_ENTRY:
         return None  # a key that fits no msprobe pattern (a newline in it) is already malformed
     if not case.key.isprintable():
