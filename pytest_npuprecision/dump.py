@@ -235,7 +235,7 @@ def _facts(key: str, entry: Any) -> _Facts:
 def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str, duplicates: dict[str, int]):
     for order, (key, (facts, entry)) in enumerate(data.items()):
         case = _case(key, facts, entry, order, data, source, location)
-        problem = _key_problem(case, source, duplicates)
+        problem = _key_problem(case, source, duplicates) if duplicates or not key.isprintable() else None
         yield case if problem is None else dataclasses.replace(case, input_error=problem)
 
 
