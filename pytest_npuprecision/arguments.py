@@ -300,6 +300,18 @@ def require_rebuildable(spec: TensorSpec) -> None:
             "dump with task 'tensor' to test this API")
 
 
+def require_finite_extremes(spec: TensorSpec) -> None:
+    """Raise ``MalformedDescriptor`` for an integer tensor whose Max or Min is nan or infinite: no
+    integer is, so the statistics that would make it are corrupt (a float tensor may overflow)."""
+    if spec.dtype.is_floating_point or spec.dtype.is_complex or spec.dtype == torch.bool:
+        return
+    for field, value in (("Max", spec.max), ("Min", spec.min)):
+        if isinstance(value, float) and not math.isfinite(value):
+            dtype = str(spec.dtype).removeprefix("torch.")
+            raise MalformedDescriptor(spec.where, f"has {field} {value}, which no {dtype} value can be; the "
+                                                  "statistics are corrupt: re-dump this API or delete the entry")
+
+
 def iter_specs(value: Any) -> Iterator[TensorSpec]:
     """Every ``TensorSpec`` inside a decoded value, depth first."""
     if isinstance(value, TensorSpec):
@@ -404,6 +416,7 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
         if spec.data_name is not None:
             return load_tensor(data_dir, spec, key)
         decode_for(key, require_rebuildable, spec, case.source)
+        decode_for(key, require_finite_extremes, spec, case.source)
         return synthesize(spec, tensor_seed(base_seed, spec.where, seed), role=role)
 
     def forward_tensor(spec: TensorSpec) -> torch.Tensor:

@@ -139,6 +139,8 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
 
 def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     started = time.perf_counter()
+    if case.input_error is not None:
+        raise CaseInputError(case.input_error)
     if case.skip is not None:
         raise CaseSkipped(case.skip.value, case.skip_message)
     op = resolve(case.api.rsplit(".", 1)[0])

@@ -23,6 +23,7 @@ from .gating import KnownFailureRegression
 from .opcases.failures import OpCaseFailure, OpCaseUsageError
 from .records import RECORD, carried, case_record, junit_properties, new_record
 from .settings import rerun_command, settings_for
+from .shown_text import shown_key
 from .summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .verdict import Status, render_message
 from .warning_types import JudgedDtypeWarning
@@ -91,7 +92,7 @@ class DumpJsonFile(pytest.Collector):
         gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
         chosen = set(self.config.getoption("npu_precision_case"))
         with without_cyclic_gc():  # 100k items: each pass would walk every node made so far
-            items = [DumpCaseItem.from_parent(self, name=case.key, case=case, dump=dump)
+            items = [DumpCaseItem.from_parent(self, name=shown_key(case.key), case=case, dump=dump)
                      for case in dump.cases if not chosen or case.case_id in chosen]
         yield from items
 

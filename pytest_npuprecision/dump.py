@@ -8,6 +8,7 @@ bad entry never hides the rest of the dump. Nothing here loads tensors.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import gc
@@ -31,6 +32,7 @@ from .arguments import (
 from .dump_entries import MAX_ENTRY_BYTES, Entry, LoadedEntry, read_dump
 from .dump_paths import DATA_DIR_NAME, dump_location
 from .random_ops import random_reason
+from .shown_text import quoted_key, shown_key
 
 _API_KEY = re.compile(
     r"(?P<prefix>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)"
@@ -75,6 +77,7 @@ class DumpCase:
     order: int  # position in dump.json, i.e. execution order
     source: Path  # the dump.json
     known_skip: tuple[SkipReason, str] | None = None  # a reason its key or a missing entry gives at once
+    input_error: str | None = None  # the dump is at fault whatever the entry says (an ambiguous or unprintable key)
     overflow_recorded: bool = False  # the dump's statistics show an inf or nan in what this case compares
 
     @property
@@ -107,7 +110,7 @@ class DumpCase:
 
     @property
     def skip_message(self) -> str:
-        return f"{self.key}: {self.skip_detail}" if self.skip else ""
+        return f"{shown_key(self.key)}: {self.skip_detail}" if self.skip else ""
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,8 @@ def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFi
         return DumpFile(**empty, **meta, cases=(), error=_file_error(path, problem))
     if reader is None:  # read whole: the entries are kept decoded
         data = {key: (_facts(key, value), LoadedEntry(value)) for key, value in data.items()}
-    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label)))
+    duplicates = {} if reader is None else reader.duplicates
+    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label, duplicates)))
 
 
 def _unreadable(path: Path, root: Path | str | None) -> str | None:
@@ -228,13 +232,31 @@ def _facts(key: str, entry: Any) -> _Facts:
     return _Facts(False, entry is None, False, problem)
 
 
-def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str):
+def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str, duplicates: dict[str, int]):
     for order, (key, (facts, entry)) in enumerate(data.items()):
-        yield _case(key, facts, entry, order, data, source, location)
+        case = _case(key, facts, entry, order, data, source, location)
+        problem = _key_problem(case, source, duplicates) if duplicates or not key.isprintable() else None
+        yield case if problem is None else dataclasses.replace(case, input_error=problem)
 
 
 def _case_id(location: str, key: str) -> str:
+    key = shown_key(key)
     return f"{location}::{key}" if location else key
+
+
+def _key_problem(case: DumpCase, source: Path, duplicates: dict[str, int]) -> str | None:
+    """Why a key alone makes its case the dump's fault: given twice, or holding unprintable characters."""
+    if duplicates:
+        for key, role in ((case.key, ""), (case.forward_key, f", the forward entry of {quoted_key(case.key)},")):
+            if key in duplicates:
+                return (f"{source}: the key {quoted_key(key)}{role} appears {duplicates[key]} times, so which entry "
+                        "it names is ambiguous; re-dump the model or keep one entry under each key")
+    if case.known_skip is not None and case.known_skip[0] is SkipReason.MALFORMED_ENTRY:
+        return None  # a key that fits no msprobe pattern (a newline in it) is already malformed
+    if not case.key.isprintable():
+        return (f"{source}: the key {quoted_key(case.key)} holds control or unprintable characters, which msprobe "
+                "never writes; re-dump the model or correct the key")
+    return None
 
 
 def _case(key: str, facts: _Facts, entry: Entry, order: int, data: dict[str, tuple[_Facts, Entry]], source: Path,

@@ -90,6 +90,7 @@ class SpanReader:
     def __init__(self, path: Path, size: int, mtime_ns: int):
         self.path, self.size, self.mtime_ns = path, size, mtime_ns
         self._recent: dict[int, Any] = {}
+        self.duplicates: dict[str, int] = {}  # 'data' keys the file gives more than once: how many times
 
     def read(self, key: str, start: int, end: int) -> Any:
         if start in self._recent:
@@ -163,7 +164,10 @@ def _scan_data(text: str, index: int, offsets: _ByteOffsets, reader: SpanReader,
     while True:
         key, index = _key(text, index)
         value, end = _SCAN_ONCE(text, index)
-        # Same dict semantics as json.load: a key given twice keeps its first place and its last value.
+        # Same dict semantics as json.load: a key given twice keeps its first place and its last value;
+        # the reader counts it, for its case cannot tell which entry the key names.
+        if key in entries:
+            reader.duplicates[key] = reader.duplicates.get(key, 1) + 1
         entries[key] = (summarize(key, value), SpanEntry(reader, key, offsets.at(index), offsets.at(end)))
         index, closed = _comma_or_close(text, end, "}")
         if closed:

@@ -24,6 +24,7 @@ from .gating import GATE, KnownFailureGate
 from .html_report import Gating, write_html
 from .known_failures import REASON_PLACEHOLDER, without_reason
 from .records import new_record
+from .shown_text import shown_key
 from .summary import (counts, exit_reasons, failing_statuses, first_failing, is_failing, judged_nothing,
                       known_outcome, op_name, severity, times_limit, worst_check, worst_text)
 
@@ -75,14 +76,15 @@ def _write_msprobe_pair(records: list[dict], folder: Path, stamp: str) -> tuple[
         for api, sides in by_api.items():
             forward, backward = sides.get("forward"), sides.get("backward")
             message = next((r["message"] for r in (forward, backward) if r and r["status"] == "skip"), "")
-            row = [api, _csv_status(forward), _csv_status(backward)]
+            row = [shown_key(api), _csv_status(forward), _csv_status(backward)]
             writer.writerow(row + [message] if message else row)
     with details_path.open("w", encoding="utf-8-sig", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(DETAILS_COLUMNS)
         for record in records:
             for index, output in enumerate(record["outputs"]):
-                writer.writerow(_details_row(f"{record['api']}.{record['direction']}.output.{index}", output))
+                writer.writerow(_details_row(f"{shown_key(record['api'])}.{record['direction']}.output.{index}",
+                                             output))
     return result_path, details_path
 
 
@@ -314,7 +316,7 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         text = worst_text(record, statuses)
         if root is not None:  # paths in a dump's message, shown from where the user stands
             text = text.replace(f"{root.as_posix().rstrip('/')}/", "")
-        lines.append(f"first failing API in {location or 'dump'}: {record['key']} ({text}){_known(record)}")
+        lines.append(f"first failing API in {location or 'dump'}: {shown_key(record['key'])} ({text}){_known(record)}")
     unexpected = [r for r in records if is_failing(r, strict_warnings) and known_outcome(r) != "xfail"]
     by_api: dict[str, list[dict]] = {}  # one line per API name: the worst call, so a second defect shows
     for record in sorted(unexpected, key=severity, reverse=True):

@@ -12,6 +12,8 @@ import math
 from collections import Counter
 from typing import Any, Iterable
 
+from .shown_text import shown_key
+
 FAILING = ("error", "input-error", "harness-error")
 STATUS_ORDER = ("error", "harness-error", "input-error", "warning", "overflow", "pass", "skip")
 
@@ -143,9 +145,9 @@ def known_outcome(record: dict) -> str:
 
 
 def op_name(record: dict) -> str:
-    """'Functional.linear' for the API 'Functional.linear.0'."""
+    """'Functional.linear' for the API 'Functional.linear.0'; escaped where a dump's name is unprintable."""
     name, _, index = record["api"].rpartition(".")
-    return name if index.isdigit() else record["api"]
+    return shown_key(name if index.isdigit() else record["api"])
 
 
 def counts(values: Iterable[str]) -> str:

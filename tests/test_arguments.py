@@ -432,3 +432,20 @@ def test_dtypes_msprobe_writes_as_empty_objects_come_back_from_the_recorded_outp
     backward = decode_call({"input_args": [tensor, tensor, {"type": "int", "value": 0}, {}], "input_kwargs": {},
                             "output": [tensor]}, "_softmax_backward_data")
     assert backward.args[3] is torch.float16
+
+
+@pytest.mark.parametrize("dtype", ["torch.int64", "torch.int32", "torch.uint8"])
+@pytest.mark.parametrize("field, value", [("Max", math.nan), ("Min", -math.inf), ("Max", math.inf)])
+def test_an_integer_tensor_with_nonfinite_statistics_is_the_dumps_fault(tmp_path, dtype, field, value):
+    # Issue 40: no integer is nan or infinite, so the statistics are corrupt: an input error naming the
+    # entry, the argument, the file and the field, never a harness error from int(nan).
+    stats = {"Max": 3, "Min": 0, field: value}
+    args = [tensor_desc(dtype=dtype, shape=[4], **stats)]
+    document = {"task": "statistics", "data": {"Torch.abs.0.forward": {"input_args": args, "input_kwargs": {}}}}
+    (tmp_path / "dump.json").write_text(json.dumps(document))
+    dump = load_dump(tmp_path / "dump.json")
+    with pytest.raises(DumpDataError) as error:
+        materialize(dump.cases[0], dump.data_dir)
+    assert str(error.value) == (f"Torch.abs.0.forward input_args[0]: {tmp_path / 'dump.json'} says it has {field} "
+                                f"{value}, which no {dtype.removeprefix('torch.')} value can be; the statistics are "
+                                "corrupt: re-dump this API or delete the entry")

@@ -171,3 +171,36 @@ def test_an_entry_that_no_longer_decodes_names_the_file_and_the_entry(tmp_path):
     broken = dump_entries.SpanEntry(entry.reader, entry.key, entry.start + 1, entry.end)
     with pytest.raises(EntryUnreadable, match=rf"{path}: the entry Functional.gelu.0.forward cannot be read back \("):
         broken.value
+
+
+def test_a_key_given_twice_is_ambiguous_and_the_rest_runs(tmp_path):
+    # Issue 40: json keeps the last copy silently; the scan counts the copies, and each duplicated key
+    # (and a backward case whose forward key is duplicated) ends as an input-error; the rest runs.
+    gelu, relu = json.dumps(GELU), json.dumps({**GELU, "output": [tensor()]})
+    path = write(tmp_path, '{"task": "statistics", "data": {'
+                           f'"Functional.gelu.0.forward": {gelu}, "Functional.relu.0.forward": {relu}, '
+                           f'"Functional.gelu.0.forward": {gelu}, "Functional.gelu.0.backward": '
+                           f'{json.dumps(GELU_BACKWARD)}, "Functional.gelu.0.forward": {gelu}}}}}')
+    forward, other, backward = load_dump(path).cases
+    assert forward.input_error == (f"{path}: the key 'Functional.gelu.0.forward' appears 3 times, so which entry "
+                                   "it names is ambiguous; re-dump the model or keep one entry under each key")
+    assert backward.input_error.startswith(f"{path}: the key 'Functional.gelu.0.forward', the forward entry of "
+                                           "'Functional.gelu.0.backward', appears 3 times")
+    assert other.input_error is None
+    with pytest.raises(CaseInputError, match="appears 3 times"):
+        run_case(forward, path.parent, Settings("cpu"))
+    assert run_case(other, path.parent, Settings("cpu")).status.value == "pass"
+
+
+def test_a_key_with_control_characters_is_shown_escaped(tmp_path):
+    key = "Functional.relu\x1b[2J\x1b[31m.0.forward"
+    path = write(tmp_path, document({key: GELU, "Functional.re\\lu.0.forward": GELU,
+                                     "Functional.relu\u00e9.0.forward": GELU}))
+    ansi, backslash, accented = load_dump(path).cases
+    assert ansi.key == key and ansi.case_id == "step0/rank0::Functional.relu\\x1b[2J\\x1b[31m.0.forward"
+    assert ansi.input_error == (f"{path}: the key 'Functional.relu\\x1b[2J\\x1b[31m.0.forward' holds control or "
+                                "unprintable characters, which msprobe never writes; re-dump the model or correct "
+                                "the key")
+    # A backslash is escaped too, so no printable key shows as an escaped one; printable text stays.
+    assert backslash.case_id == "step0/rank0::Functional.re\\\\lu.0.forward" and backslash.input_error is None
+    assert accented.case_id == "step0/rank0::Functional.relu\u00e9.0.forward" and accented.input_error is None

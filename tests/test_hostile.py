@@ -1,6 +1,7 @@
 """The hostile-input corpus (tests/hostile/make_corpus.py) run as a user would: no payload runs, nothing
 outside the dump is opened, time and memory stay bounded, every item ends as the one outcome it names,
-the good entry beside it passes, and the reports list every case (issues 13 and 18)."""
+the good entry beside it passes, the reports list every case, and no raw escape from a dump reaches the
+terminal, JUnit or a report (issues 13, 18 and 40)."""
 
 import json
 import os
@@ -32,13 +33,15 @@ def _run(base: Path, name: str, *options: str) -> tuple[subprocess.CompletedProc
     cwd = base / f"cwd-{name}"
     cwd.mkdir()
     audit = base / f"audit-{name}.log"  # subprocess.Popen logs its executable: argv[0]
+    # This checkout's package first: an editable install elsewhere would otherwise be the one tested.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "NPU_PRECISION_AUDIT_LOG": str(audit),
-           "PYTHONPATH": os.pathsep.join([str(HERE / "hostile"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(HERE / "hostile"), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "audit_plugin",
          f"--npu-precision={base / 'dumps'}", "--npu-precision-device", "cpu", "--npu-precision-report", "report",
-         "--npu-precision-max-case-memory", "256MiB", *options],
+         "--npu-precision-max-case-memory", "256MiB", "--junitxml", "junit.xml", "--npu-precision-html",
+         "report.html", *options],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=LIMIT_SECONDS, stdin=subprocess.DEVNULL)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     assert peak < LIMIT_RSS or peak <= before * 1024, f"peak RSS {peak / 2**30:.1f} GiB"
@@ -50,9 +53,15 @@ def _run(base: Path, name: str, *options: str) -> tuple[subprocess.CompletedProc
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_every_hostile_item_ends_as_it_should_and_harms_nothing(corpus, workers):
     base, items = corpus
-    result, records, events = _run(base, "xdist" if workers else "serial", *workers)
+    name = "xdist" if workers else "serial"
+    result, records, events = _run(base, name, *workers)
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout[-3000:] + result.stderr[-3000:]
     assert "INTERNALERROR" not in result.stdout + result.stderr
+    # An escape in a dump's key is shown escaped: not in the terminal, not in JUnit, not in any report.
+    written = [base / f"cwd-{name}" / "junit.xml", base / f"cwd-{name}" / "report.html",
+               *(base / f"cwd-{name}" / "report").iterdir()]
+    assert [p.name for p in written if b"\x1b" in p.read_bytes()] == []
+    assert "\x1b" not in result.stdout + result.stderr
     # No payload ran: no marker, no process started.
     assert sorted(p.name for p in (base / "markers").iterdir()) == []
     # The only processes are the harness's own: platform's `uname`, and xdist's workers.
@@ -96,3 +105,16 @@ def test_messages_name_the_file_and_the_api(corpus):
     assert fifo.endswith("is not a regular file; re-dump it with msprobe or remove it from the dump folder")
     system = by_case["os-system/step0/rank0::Torch.os.system.0.forward"]["message"]
     assert "not a known operator" in system
+    # Issue 40: each names the file, the key and the fix, in one line, with the dump's text escaped.
+    int_nan = by_case["int64-max-nan/step0/rank0::Functional.relu.1.forward"]["message"]
+    assert "Functional.relu.1.forward input_args[0]" in int_nan and "dump.json says it has Max nan" in int_nan
+    duplicated = by_case["duplicate-keys/step0/rank0::Functional.relu.1.forward"]["message"]
+    assert "dump.json: the key 'Functional.relu.1.forward' appears 2 times" in duplicated
+    assert "keep one entry under each key" in duplicated
+    escaped = make_corpus.ANSI_KEY.encode("unicode_escape").decode()
+    ansi = by_case[f"key-with-ansi-escape/step0/rank0::{escaped}"]["message"]
+    assert f"dump.json: the key '{escaped}' holds control or unprintable characters" in ansi
+    assert "re-dump the model or correct the key" in ansi
+    ones = by_case["torch-ones-huge/step0/rank0::Torch.ones.0.forward"]["message"]
+    assert "need about 44.7 GiB" in ones and "past the budget of 256.0 MiB" in ones
+    assert all("\n" not in m and "\x1b" not in m for m in (int_nan, duplicated, ansi, ones))

@@ -73,6 +73,14 @@ def string(value: str) -> dict:
     return {"type": "str", "value": value}
 
 
+def integer(value: int) -> dict:
+    return {"type": "int", "value": value}
+
+
+HUGE = [40000, 25000]  # 10**9 float32 elements: 4 GiB on the device, 8 GiB for the float64 golden
+ANSI_KEY = "Functional.relu\x1b[2J\x1b[31m.1.forward"  # clears the screen and turns it red
+
+
 def write_dump(ctx: Context, entries: dict, *, task: str = "statistics", good: bool = True) -> None:
     ctx.rank.mkdir(parents=True, exist_ok=True)
     data = ({GOOD_KEY: call(stats())} if good and task == "statistics" else {}) | entries
@@ -154,6 +162,19 @@ def _linked_data_folder(ctx: Context) -> None:
     (rank1 / "dump.json").write_text(json.dumps(document))
 
 
+def _linked_beside_good(ctx: Context) -> None:
+    """The link beside entries that never read through it: they end as they would without it."""
+    elsewhere = ctx.outside / "tensors"
+    elsewhere.mkdir()
+    torch.save(torch.zeros(4), elsewhere / "x.pt")
+    ctx.rank.mkdir(parents=True)
+    ctx.data.symlink_to(elsewhere, target_is_directory=True)
+    write_dump(ctx, {BAD_KEY: call(stats(data_name="x.pt"), output=stats())}, task="tensor", good=False)
+    document = json.loads((ctx.rank / "dump.json").read_text())
+    document["data"] = {GOOD_KEY: call(stats()), **document["data"]}  # synthesized: no file to read
+    (ctx.rank / "dump.json").write_text(json.dumps(document))
+
+
 def _save(value) -> Callable[[Context, Path], None]:
     return lambda ctx, path: torch.save(value, path)
 
@@ -164,6 +185,7 @@ TENSOR_ITEMS = [
     Item("data_name-absolute", lambda ctx: tensor_dump(ctx, str(_outside_file(ctx)), None), BAD_KEY, "input-error"),
     tensor_item("data_name-links-out", "link.pt", lambda ctx, path: path.symlink_to(_outside_file(ctx))),
     Item("dump_tensor_data-links-out", _linked_data_folder, BAD_KEY, "input-error"),
+    Item("dump_tensor_data-links-out-beside-good", _linked_beside_good, BAD_KEY, "input-error"),
     tensor_item("truncated-pt", "bad.pt", _truncated),
     tensor_item("zero-byte-pt", "bad.pt", lambda ctx, path: path.write_bytes(b"")),
     tensor_item("dict-pt", "bad.pt", _save({"a": torch.zeros(4)})),
@@ -238,6 +260,31 @@ NAME_ITEMS = [
                     "Functional.re\nlu.1.forward", "skip", "malformed-entry"),
     statistics_item("key-with-dot-dot", lambda ctx: {"Torch.../../etc.0.forward": call(stats())},
                     "Torch.../../etc.0.forward", "skip", "unsupported-op"),
+    statistics_item("key-with-ansi-escape", lambda ctx: {ANSI_KEY: call(stats())}, ANSI_KEY, "input-error"),
+    statistics_item("int64-max-nan", lambda ctx: {BAD_KEY: call(stats(dtype="torch.int64", Max=float("nan")))},
+                    BAD_KEY, "input-error"),
+    statistics_item("int32-min-infinity", lambda ctx: {BAD_KEY: call(stats(dtype="torch.int32", Min=float("-inf")))},
+                    BAD_KEY, "input-error"),
+]
+
+
+# ---------------------------------------------------------------- factory calls that a small output hides
+
+
+def factory_item(name: str, api: str, *args, **kwargs) -> Item:
+    key = f"{api}.0.forward"
+    return statistics_item(name, lambda ctx: {key: call(*args, **kwargs)}, key, "skip", "too-large")
+
+
+FACTORY_ITEMS = [
+    factory_item("torch-ones-huge", "Torch.ones", *map(integer, HUGE)),
+    factory_item("torch-zeros-size", "Torch.zeros", {"type": "torch.Size", "value": HUGE}),
+    factory_item("torch-full-list", "Torch.full", [integer(d) for d in HUGE], {"type": "float", "value": 1.0}),
+    factory_item("torch-ones-size-keyword", "Torch.ones", size={"type": "torch.Size", "value": HUGE}),
+    factory_item("torch-arange-huge-end", "Torch.arange", integer(10**9)),
+    factory_item("torch-linspace-huge-steps", "Torch.linspace", integer(0), integer(1), integer(10**9)),
+    factory_item("torch-eye-huge", "Torch.eye", integer(40000)),
+    factory_item("torch-ones-like-huge", "Torch.ones_like", stats(HUGE)),
 ]
 
 
@@ -257,7 +304,7 @@ def _duplicate_keys(ctx: Context) -> None:
     good = json.dumps(call(stats()))
     (ctx.rank / "dump.json").write_text(
         '{"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {'
-        f'"{GOOD_KEY}": {{"input_args": "first copy"}}, "{GOOD_KEY}": {good}}}}}')
+        f'"{BAD_KEY}": {{"input_args": "first copy"}}, "{GOOD_KEY}": {good}, "{BAD_KEY}": {good}}}}}')
 
 
 def _fifo_dump(ctx: Context) -> None:
@@ -294,11 +341,11 @@ FILE_ITEMS = [
          "input-error", whole_file=True),
     Item("fifo-dump-json", _fifo_dump, WHOLE_FILE, "input-error", whole_file=True),
     Item("dump-json-links-out", _linked_dump, WHOLE_FILE, "input-error", whole_file=True),
-    Item("duplicate-keys", _duplicate_keys, GOOD_KEY, "pass"),
+    Item("duplicate-keys", _duplicate_keys, BAD_KEY, "input-error"),
     Item("code-in-the-dump-folder", _with_payloads, GOOD_KEY, "pass"),
 ]
 
-ITEMS = TENSOR_ITEMS + NAME_ITEMS + FILE_ITEMS
+ITEMS = TENSOR_ITEMS + NAME_ITEMS + FACTORY_ITEMS + FILE_ITEMS
 
 
 def is_root() -> bool:
