@@ -59,7 +59,7 @@ def test_every_hostile_item_ends_as_it_should_and_harms_nothing(corpus, workers)
     assert "INTERNALERROR" not in result.stdout + result.stderr
     # An escape in a dump's key is shown escaped: not in the terminal, not in JUnit, not in any report.
     written = [base / f"cwd-{name}" / "junit.xml", base / f"cwd-{name}" / "report.html",
-               *(base / f"cwd-{name}" / "report").iterdir()]
+               *(p for p in (base / f"cwd-{name}" / "report").rglob("*") if p.is_file())]
     assert [p.name for p in written if b"\x1b" in p.read_bytes()] == []
     assert "\x1b" not in result.stdout + result.stderr
     # No payload ran: no marker, no process started.
