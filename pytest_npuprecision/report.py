@@ -82,10 +82,17 @@ def _write_msprobe_pair(records: list[dict], folder: Path, stamp: str) -> tuple[
         writer = csv.writer(out)
         writer.writerow(DETAILS_COLUMNS)
         for record in records:
+            name = f"{shown_key(record['api'])}.{record['direction']}.output"
             for index, output in enumerate(record["outputs"]):
-                writer.writerow(_details_row(f"{shown_key(record['api'])}.{record['direction']}.output.{index}",
-                                             output))
+                writer.writerow(_details_row(f"{name}.{index}", output))
+            if not record["outputs"]:  # as acc_check writes a skipped API: blank dtypes and metrics, the reason
+                writer.writerow([f"{name}.0", *[_BLANK] * (len(DETAILS_COLUMNS) - 3), _csv_status(record),
+                                 _one_line(record.get("message") or record.get("reason") or "")])
     return result_path, details_path
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
 
 
 def _csv_status(record: dict | None) -> str:

@@ -55,7 +55,7 @@ def test_each_step_and_rank_keeps_its_failures_in_its_own_csvs(pytester, ranks):
         assert len(set(names)) == len(names)
         details += len(names)
     assert found == expected
-    assert details == sum(len(r["outputs"]) for r in records)
+    assert details == sum(len(r["outputs"]) or 1 for r in records)  # a skipped call has its reason's row
     listed = json.loads((report / "run.json").read_text())["msprobe_csv_files"]
     assert sorted(p.relative_to(report).as_posix() for p in report.rglob("*.csv")) == sorted(listed)
 
@@ -77,3 +77,19 @@ def test_a_report_folder_holds_one_run(pytester, ranks):
     assert mine.exists() and (pytester.path / "outside.csv").exists()
     listed = json.loads((report / "run.json").read_text())["msprobe_csv_files"]
     assert sorted(p.relative_to(report).as_posix() for p in report.rglob("accuracy_checking_*_2*.csv")) == sorted(listed)
+
+
+def test_a_skipped_call_has_a_details_row_with_its_reason_as_acc_check_writes_it(pytester, ranks):
+    pytester.runpytest("--npu-precision", "dumps/llm/step0/rank1", "--npu-precision-device", "cpu",
+                       "--npu-precision-report", "report", "-p", "no:cacheprovider")
+    report = pytester.path / "report"
+    records = {f"{r['api']}.{r['direction']}": r for r in
+               (json.loads(line) for line in (report / "cases.jsonl").read_text().splitlines())}
+    skipped = {name for name, r in records.items() if r["status"] == "skip"}
+    assert skipped  # the NPU fused ops without torch_npu
+    [details] = report.rglob("accuracy_checking_details_*.csv")
+    rows = {row["API Name"]: row for row in _rows(details)}
+    for name in skipped:
+        row = rows[f"{name}.output.0"]
+        assert (row["Status"], row["DEVICE Dtype"], row["余弦相似度"]) == ("SKIP", " ", " ")
+        assert row["Message"] == " ".join(records[name]["message"].split())[:500] and row["Message"]
