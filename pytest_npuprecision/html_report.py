@@ -212,7 +212,20 @@ def _failure(record: dict) -> str:
     ratio = f" · worst check at {ratio}" if ratio else ""
     return (f'<article id="{_anchor(record)}"><h3>{escape(record["case_id"])} {_badge(record["status"])}</h3>'
             f'<p>{escape(record["direction"])} · seed {record["seed"]}{ratio}{known}</p>{_docs_links(record)}'
-            f'<div class="plots">{plots}</div><pre>{escape(record["message"] or worst_text(record))}</pre></article>')
+            f'{_error_data(record)}<div class="plots">{plots}</div>'
+            f'<pre>{escape(record["message"] or worst_text(record))}</pre></article>')
+
+
+def _error_data(record: dict) -> str:
+    """Where --npu-precision-save-error-data put the case's tensors, or why it did not."""
+    saved = record.get("error_data")
+    if not saved:
+        return ""
+    if not saved.get("saved"):
+        return f'<p class="docs">error data not saved: {escape(saved["why"])}</p>'
+    files = ", ".join(f'<a href="{escape(Path(saved["folder"], name).as_uri())}">{escape(name)}</a>'
+                      for name in saved["files"])
+    return f'<p class="docs">error data (torch.load(path, weights_only=True)): {files}</p>'
 
 
 def _docs_links(record: dict) -> str:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pytest_npuprecision import error_data
+from pytest_npuprecision.html_report import MAX_PLOTTED
 
 DEFECTS = Path(__file__).resolve().parents[1] / "examples" / "dumps" / "npu_llm_defects_tensor"
 
@@ -20,7 +21,7 @@ def _run(pytester, *extra):
 
 
 def test_each_failing_case_keeps_its_tensors_and_its_record_says_where(pytester):
-    result = _run(pytester, "--npu-precision-save-error-data")
+    result = _run(pytester, "--npu-precision-save-error-data", "--npu-precision-html", "report.html")
     records = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
     failing = [r for r in records if r["status"] == "error"]
     assert failing and result.ret == pytest.ExitCode.TESTS_FAILED
@@ -37,6 +38,9 @@ def test_each_failing_case_keeps_its_tensors_and_its_record_says_where(pytester)
             golden = torch.load(folder / f"{output['name']}.golden.pt", weights_only=True)
             assert list(device.shape) == output["shape"] and golden.dtype == torch.float64
     result.stdout.fnmatch_lines([f"error data: the tensors of {len(failing)} failing cases saved under *error_data*"])
+    html = (pytester.path / "report.html").read_text()
+    assert html.count("error data (torch.load(path, weights_only=True))") == min(len(failing), MAX_PLOTTED)
+    assert (Path(failing[0]["error_data"]["folder"]) / "inputs.pt").as_uri() in html
 
 
 def test_nothing_is_saved_without_the_option_and_the_option_needs_a_report_folder(pytester):
