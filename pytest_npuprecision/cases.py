@@ -32,7 +32,7 @@ from .namesakes import NoSingleNamesake, unknown_keywords
 from .ops import choose_namesake, resolve
 from .recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
 from .rules import Rules
-from .runner import OpExecutionError, RunOutput, golden_runs, run_call
+from .runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
 from .sizes import format_size
 from .verdict import Status, Verdict
 
@@ -182,6 +182,8 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
                        golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
     except OpExecutionError as exc:
         raise _replay_failure(case, op, inputs, exc, settings) from None
+    except GoldenNotWide as exc:
+        raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
     if run.error:
         raise CaseInputError(f"{case.key} ({case.source}): {run.error}")
     compared = run.grads if backward else run.outputs

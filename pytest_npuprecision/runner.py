@@ -34,6 +34,15 @@ from .bounds import forward_accumulation, grad_accumulations
 from .sides import OpExecutionError, Forward, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths
 
 
+class GoldenNotWide(ValueError):
+    """The golden of a user's op came back narrower than float64: the op fixes its dtype inside, so its
+    "golden" is the kernel itself, and every comparison with it would pass."""
+
+
+# Ops whose golden is torch's own (or our fused references): a float32 result from float64 inputs is a cast.
+_TORCH_PREFIXES = frozenset({"Functional", "Tensor", "Torch", "Aten", "NPU", "VF"})
+
+
 @dataclass(frozen=True)
 class RunOutput:
     """One compared tensor: a forward output (``output.1.0``) or an input gradient (``grad.input_args[0]``)."""
@@ -312,6 +321,8 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     if grad_paths and not cotangents and not error:
         notes.append(f"no output of {op.api_name} requires grad; backward skipped")
     notes.extend(golden_notes)
+    if golden_side.float_dtype == torch.float64 and op.prefix not in _TORCH_PREFIXES:
+        _check_wide(op, gold.outputs)
 
     base_side = base = None
     base_grads: dict = {}
@@ -374,6 +385,19 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
         overflowed=overflowed, math_mode=math_mode)
+
+
+def _check_wide(op: ResolvedOp, outputs: Sequence[tuple[str, Any]]) -> None:
+    """Raise GoldenNotWide where a user's op (or its reference) returned a float narrower than float64."""
+    for name, value in outputs:
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()) \
+                and value.dtype not in (torch.float64, torch.complex128):
+            dtype = str(value.dtype).removeprefix("torch.")
+            raise GoldenNotWide(
+                f"{op.api_name}: its golden returned {name} in {dtype} from float64 inputs, so it is no more precise "
+                f"than the kernel (the op fixes its dtype inside) and every comparison would pass: give a "
+                f"reference that computes in its inputs' dtype (check_call(..., reference=...), "
+                f"register_op(..., reference=...), or reference: in the op case)")
 
 
 def _math_mode(device: Backend, op: ResolvedOp, args, kwargs, notes: list[str]) -> MathMode | None:

@@ -23,7 +23,7 @@ from ..metrics import Accumulation
 from ..ops import ResolvedOp, resolve
 from ..rules import Rules
 from ..summary import excess, failing_outputs
-from ..runner import OpExecutionError, run_call
+from ..runner import GoldenNotWide, OpExecutionError, run_call
 from ..verdict import Check, Status, Verdict
 from .registry import CustomOp, entry_point_errors, registered_op
 from .schema import SchemaError
@@ -199,6 +199,8 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
             return ExampleResult(problem=str(exc), seconds=time.perf_counter() - started)
         raise CaseSpecError(f"the drawn inputs do not fit the op: {exc}: fix the case's shapes, dtypes or "
                             f"values") from None
+    except GoldenNotWide as exc:
+        raise CaseSpecError(str(exc)) from None
     if run.error:
         return ExampleResult(notes=run.notes, problem=run.error, seconds=time.perf_counter() - started)
     name = target.op.api_name
