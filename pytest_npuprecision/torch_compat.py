@@ -12,7 +12,7 @@ import functools
 import re
 import sys
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 import torch
 
 OLDEST = (2, 1)
@@ -176,15 +176,35 @@ _NOT_IMPLEMENTED = re.compile(r"\"(?P<kernel>[\w:]+)\" not implemented for '(?P<
 def missing_kernel(op: str, side: str, cause: BaseException | None) -> str | None:
     """Why ``op`` cannot run on ``side`` ("device (cpu)") when ``cause`` is torch saying it has no
     kernel there for a dtype; None for any other error."""
-    found = _NOT_IMPLEMENTED.search(str(cause)) if isinstance(cause, (RuntimeError, NotImplementedError)) else None
-    if found is None:
+    gap = kernel_gap(cause)
+    if gap is None:
         return None
-    return (f"{op} has no {found['dtype']} kernel on the {side} in torch {torch.__version__} "
-            f"(\"{found['kernel']}\" not implemented for '{found['dtype']}')")
+    kernel, dtype = gap
+    return f"{op} has no {dtype} kernel on the {side} in torch {torch.__version__} (\"{kernel}\" not implemented for '{dtype}')"
 
 
 # Operators op cases name that came after the oldest torch: a case of one is skipped on an older torch.
 ADDED_IN = {"rms_norm": (2, 4)}
+
+
+def optional(module: Any, name: str) -> Callable[..., Any]:
+    """``module.name``; where this torch lacks it (F.rms_norm before 2.4), a stand-in that raises, when
+    called, the AttributeError a direct use would: a table that names the op still imports."""
+    found = getattr(module, name, None)
+    if found is not None:
+        return found
+
+    def lacking(*args: Any, **kwargs: Any) -> Any:
+        raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}", name=name, obj=module)
+
+    lacking.__name__ = name
+    return lacking
+
+
+def kernel_gap(cause: BaseException | None) -> tuple[str, str] | None:
+    """(kernel, dtype) when ``cause`` is torch saying it has no kernel for a dtype, else None."""
+    found = _NOT_IMPLEMENTED.search(str(cause)) if isinstance(cause, (RuntimeError, NotImplementedError)) else None
+    return None if found is None else (found["kernel"], found["dtype"])
 
 
 def newer_op(api_name: str) -> str | None:
