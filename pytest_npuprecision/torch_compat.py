@@ -97,11 +97,9 @@ def load_tensors(path: Any, **kwargs: Any) -> Any:
 TENSOR_METHOD_PREFIXES = ("TensorBase.", "_TensorBase.", "Tensor.")
 
 
-def dtype_named(name: str) -> torch.dtype | None:
-    """torch's dtype of that name, or None where this torch has none (float8_e4m3fnuz and
-    float8_e5m2fnuz came in 2.2, float8_e8m0fnu in 2.7)."""
-    value = getattr(torch, name, None)
-    return value if isinstance(value, torch.dtype) else None
+# Float dtypes of later torches than 2.1 (float8_e4m3fnuz and float8_e5m2fnuz came in 2.2,
+# float8_e8m0fnu in 2.7): the tables may name them on any torch.
+LATER_FLOAT_DTYPES = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 
 
 def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -169,8 +167,10 @@ def nextafter(t: torch.Tensor, towards: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- kernels an op lacks on this torch
 
-# The message torch gives for a dtype a kernel is not built for: '"addmm_impl_cpu_" not implemented for 'Half''.
-_NOT_IMPLEMENTED = re.compile(r"\"(?P<kernel>[\w:]+)\" not implemented for '(?P<dtype>\w+)'")
+# The message torch gives for a dtype a kernel is not built for: '"addmm_impl_cpu_" not implemented for
+# 'Half'', or without quotes ('grid_sampler_2d_cpu not implemented for Half').
+_NOT_IMPLEMENTED = re.compile(r"\"?(?P<kernel>[\w:]+)\"? not implemented for '?(?P<dtype>Half|BFloat16|Float|Double|"
+                             r"Complex(?:Half|Float|Double)|Float8_\w+|Byte|Char|Short|Int|Long|Bool|UInt\d+)'?(?!\w)")
 
 
 def missing_kernel(op: str, side: str, cause: BaseException | None) -> str | None:
@@ -183,8 +183,9 @@ def missing_kernel(op: str, side: str, cause: BaseException | None) -> str | Non
     return f"{op} has no {dtype} kernel on the {side} in torch {torch.__version__} (\"{kernel}\" not implemented for '{dtype}')"
 
 
-# Operators op cases name that came after the oldest torch: a case of one is skipped on an older torch.
-ADDED_IN = {"rms_norm": (2, 4)}
+# Functions that came after the oldest torch: an op case of one is skipped on an older torch, and so is
+# a test that calls one (tests/conftest.py).
+ADDED_IN = {"rms_norm": (2, 4), "unravel_index": (2, 2)}
 
 
 def optional(module: Any, name: str) -> Callable[..., Any]:

@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "make_example_dump.py"
 DUMPS = ROOT / "examples" / "dumps"
-from fixtures import FIXTURES
+from fixtures import FIXTURES, made_with_this_torch
 
 # name: task, dtype of the model, {API: number of forward calls}, number of backward entries
 EXPECTED = {
@@ -353,6 +353,7 @@ def _own_frames(stack: Path) -> dict:
             for index, (names, frames) in json.loads(stack.read_text()).items()}
 
 
+@made_with_this_torch()
 def test_the_script_reproduces_the_dumps(tmp_path):
     out = tmp_path / "dumps"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True,

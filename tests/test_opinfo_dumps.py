@@ -36,7 +36,8 @@ def api_name(key: str) -> str:
 
 
 # Skips that would mean the harness got a name wrong. A call this torch cannot replay (det's backward
-# on a 0x0 input skips as replay-error under torch 2.7 and 2.11) is the torch's, not the naming's.
+# on a 0x0 input skips as replay-error under torch 2.7 and 2.11; torch 2.1's CPU has no float16
+# kernel of several ops: no-kernel) is the torch's, not the naming's.
 NAMING_SKIPS = ("unsupported-op", "ambiguous-op")
 
 
@@ -122,8 +123,8 @@ REAL_IMPRECISIONS = [
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_torchs_real_imprecisions_fail(pytester, dtype):
-    records = run(pytester, f"imprecise/{dtype}")
-    expected = [key for d, key in REAL_IMPRECISIONS if d == dtype]
+    records = judged(run(pytester, f"imprecise/{dtype}"))  # torch 2.1's CPU has no float16 matrix_exp
+    expected = [key for d, key in REAL_IMPRECISIONS if d == dtype and key in records]
     assert expected
     assert {key: records[key]["status"] for key in expected} == {key: "error" for key in expected}
 
@@ -133,7 +134,7 @@ def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
     losses' lengths and roundings, softmin's term norms and the shared row factor judge them fair.
     (float32 kl_div, the last one left, counts the roundings of its composed steps.)"""
     left: set[str] = set()
-    records = run(pytester, "false_alarms")
+    records = judged(run(pytester, "false_alarms"))
     failed = {k for k, r in records.items() if r["status"] == "error"}
     # float16 addbmm sits at 1.1x its mean bound with two threads and within it with one: torch's
     # blocking follows the thread count (an xdist worker runs one).

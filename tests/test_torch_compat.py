@@ -134,6 +134,9 @@ def test_a_missing_kernel_is_named_with_op_dtype_and_torch():
         f"Functional.linear has no Half kernel on the device (cpu) in torch {torch.__version__} "
         f"(\"addmm_impl_cpu_\" not implemented for 'Half')")
     assert torch_compat.missing_kernel("Functional.linear", "device (cpu)", RuntimeError("shapes differ")) is None
+    unquoted = RuntimeError("grid_sampler_2d_cpu not implemented for Half")  # torch's other wording
+    assert torch_compat.kernel_gap(unquoted) == ("grid_sampler_2d_cpu", "Half")
+    assert torch_compat.kernel_gap(RuntimeError("backward is not implemented for this input")) is None
 
 
 def test_an_op_of_a_later_torch_says_which(monkeypatch):
