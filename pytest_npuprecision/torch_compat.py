@@ -13,6 +13,7 @@ import re
 import sys
 import warnings
 from typing import Any, Callable, Iterator
+
 import torch
 
 OLDEST = (2, 1)
