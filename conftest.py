@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import register_op
+from pytest_npuprecision.torch_compat import rms_norm  # F.rms_norm, which torch 2.1 to 2.3 lack
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -44,5 +45,14 @@ def swiglu_reference(x, dim=-1):
 
 
 # rms_norm's row: the error bound with K = the normalized size. npu_swiglu's: the error bound, elementwise.
-register_op("example_rms_norm", example_rms_norm, reference=F.rms_norm, like="rms_norm")
+register_op("example_rms_norm", example_rms_norm, reference=rms_norm, like="rms_norm")
 register_op("example_swiglu", example_swiglu, reference=swiglu_reference, like="npu_swiglu")
+
+
+def pytest_configure(config):
+    """The project's own test run judges the shipped op cases on the CPU, where their expectations were
+    set: ``auto`` would take a GPU where one is visible, and CUDA's half cumsum errs past its bound
+    there (tests/test_cuda_findings.py keeps that finding). A run that checks a dump or names a device
+    is left as asked."""
+    if config.getoption("npu_precision_device", None) == "auto" and not config.getoption("npu_precision", None):
+        config.option.npu_precision_device = "cpu"

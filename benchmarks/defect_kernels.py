@@ -18,6 +18,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from pytest_npuprecision.torch_compat import optional
+
 Call = tuple[tuple, dict]  # (args, kwargs), float32 masters before the cast
 Kernel = Callable[..., torch.Tensor]
 
@@ -503,11 +505,11 @@ OPS = (
         "long": _layer_norm_call(lambda g: _randn(g, 8, 8192), 8192)},
        {"torch": F.layer_norm, "two_pass": in_float32(_layer_norm_two_pass), "divide": in_float32(_layer_norm_divide)},
        _layer_norm_low_precision),
-    Op("Functional.rms_norm", F.rms_norm,
+    Op("Functional.rms_norm", optional(F, "rms_norm"),
        {"normal": _rms_norm_call(lambda g: _randn(g, 64, 1024), 1024),
         "wide": _rms_norm_call(lambda g: _spread_out(g, 64, 1024, octaves=4), 1024),
         "long": _rms_norm_call(lambda g: _randn(g, 4, 8192), 8192)},
-       {"torch": F.rms_norm, "rsqrt": in_float32(_rms_norm_rsqrt), "divide": in_float32(_rms_norm_divide),
+       {"torch": optional(F, "rms_norm"), "rsqrt": in_float32(_rms_norm_rsqrt), "divide": in_float32(_rms_norm_divide),
         "rounded_factor": _rms_norm_rounded_factor},
        _rms_norm_low_precision),
     Op("Functional.gelu", F.gelu,

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .torch_compat import overridable_functions
+
 # Tensor dunders that are operators; every other dunder is Python protocol (__reduce_ex__, __setstate__...).
 _BINARY = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "div", "mod", "pow", "and", "or", "xor",
            "lshift", "rshift")
@@ -76,7 +78,7 @@ def _operators() -> dict[str, frozenset[Any]]:
     ``linalg_inv``), and what a dump names must be the very object torch lists.
     """
     table: dict[str, set[Any]] = {}
-    for namespace, functions in torch.overrides.get_overridable_functions().items():
+    for namespace, functions in overridable_functions().items():
         if isinstance(namespace, ModuleType):
             key = "torch" if namespace.__name__ == "torch.functional" else namespace.__name__
         elif namespace is torch.Tensor:

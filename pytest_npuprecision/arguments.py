@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .synthesis import Role, RoleKind, role_for, synthesize
+from .torch_compat import load_tensors
 
 if TYPE_CHECKING:
     from .dump import DumpCase
@@ -581,7 +582,7 @@ def _plain_folder(root: str) -> bool:
 
 def _read_pt(path: Path, fail) -> Any:
     try:
-        return torch.load(path, weights_only=True, map_location="cpu")
+        return load_tensors(path, map_location="cpu")
     except pickle.UnpicklingError:
         raise fail("holds objects other than tensors, which torch.load(weights_only=True) refuses; "
                    "re-dump this API") from None

@@ -34,6 +34,7 @@ from .recorded import NothingRecorded, forward_output_shapes, forward_output_ten
 from .rules import Rules
 from .runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
 from .sizes import format_size
+from .torch_compat import missing_kernel
 from .verdict import Status, Verdict
 
 
@@ -249,6 +250,9 @@ def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings:
     the op: an input error of the dump."""
     if type(exc.__cause__).__name__ == "RandomFusedCall":  # a fused op's own check: its dropout is on
         return CaseSkipped("random-op", f"{case.key}: {exc.__cause__}")
+    lacking = missing_kernel(op.api_name, exc.side, exc.__cause__) if exc.side.startswith("device") else None
+    if lacking is not None:  # the device's torch is not built for this dtype: no fault of the dump or the replay
+        return CaseSkipped("no-kernel", f"{case.key}: {lacking}")
     if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
         return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
                                            f"inputs, so the dump is not at fault: {exc}")

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import torch
 
+from .torch_compat import testing_overrides
+
 # The torch.linalg functions msprobe hooks, which it names Torch.<name>.
 LINALG = frozenset({
     "norm", "vector_norm", "matrix_norm", "diagonal", "det", "slogdet", "cond", "matrix_rank", "qr", "lu",
@@ -78,7 +80,7 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
     documented = _documented(func)
     if documented is not None:
         return documented
-    override = torch.overrides.get_testing_overrides().get(func)
+    override = testing_overrides().get(func)
     return None if override is None else inspect.signature(override)
 
 

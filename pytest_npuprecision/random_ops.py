@@ -1,9 +1,11 @@
 """Which calls draw random numbers, so that no golden can redraw what the device drew.
 
 Torch marks every aten operator that draws from a generator with the tag
-``torch.Tag.nondeterministic_seeded``. SEEDED_ATEN_OPS is that set, checked in so that collection
-does not walk torch's 1,700 schemas at each start; tests/test_replay_rest.py checks it against the
-installed torch, and ``python -m pytest_npuprecision.random_ops`` prints it anew. Some of these ops
+``torch.Tag.nondeterministic_seeded``. Each torch tags its own set (torch 2.11 tags
+``_flash_attention_forward_no_dropout_inplace``, torch 2.1 has no such op), so the set is read from
+the installed torch when the first case is judged, not at collection, joined with SEEDED_ATEN_OPS:
+the ops recent torches tag, which an older torch simply never calls. ``python -m
+pytest_npuprecision.random_ops`` prints the installed torch's set. Some of these ops
 draw only while an argument says so (dropout's p, a training flag), and some Python functions draw
 before they reach an aten op (fractional max pooling without ``_random_samples``): those switches
 are spelled out by hand in _RANDOM_UNLESS, since no tag records them.
@@ -12,10 +14,12 @@ are spelled out by hand in _RANDOM_UNLESS, since no tag records them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .arguments import DecodedCall
 
+# What torch 2.13 tags, for ops that the installed torch may not know yet.
 SEEDED_ATEN_OPS = frozenset({
     "_cudnn_attention_backward", "_cudnn_attention_forward", "_cudnn_init_dropout_state", "_cudnn_rnn",
     "_efficient_attention_forward", "_fill_mem_eff_dropout_mask_", "_flash_attention_forward",
@@ -91,7 +95,14 @@ _RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
 }
 # Python functions that draw before any tagged aten op, and torch_npu's, which torch does not tag.
 _UNTAGGED = frozenset({"gumbel_softmax", "npu_dropout", "npu_dropout_gen_mask", "_npu_dropout"})
-_ALWAYS_RANDOM = (SEEDED_ATEN_OPS | _UNTAGGED) - set(_RANDOM_UNLESS)
+
+
+@lru_cache(maxsize=1)
+def always_random() -> frozenset[str]:
+    """The ops that draw random numbers whatever their arguments, for the installed torch."""
+    return frozenset((SEEDED_ATEN_OPS | seeded_aten_ops() | _UNTAGGED) - set(_RANDOM_UNLESS))
+
+
 # Ops whose result is (or may be, growing a tensor) uninitialized memory: no two runs need agree.
 _UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
                             "resize_as_"})
@@ -100,7 +111,7 @@ _UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 def random_reason(name: str, call: DecodedCall) -> str | None:
     """Why calling op ``name`` with these arguments is random, or None when it is deterministic."""
     op = name.rsplit(".", 1)[-1]
-    if op in _ALWAYS_RANDOM:
+    if op in always_random():
         return "always"
     if op in _UNINITIALIZED:
         return "its result is uninitialized memory"

@@ -27,6 +27,7 @@ from .canonical import aligned
 from .math_modes import MathMode, family_of
 from .metrics import Accumulation
 from .ops import ResolvedOp
+from .torch_compat import aminmax
 from .perturbed import GoldenSpread
 from .recorded import RecordedResults, leaf_gradients, positional_gradients
 from .accumulation import ACCUMULATION_RULES
@@ -435,7 +436,7 @@ def _fair_overflow(outputs: Sequence[RunOutput]) -> str | None:
         if not out.actual.is_floating_point() or out.actual.dtype == torch.float64:
             continue
         largest = torch.finfo(out.actual.dtype).max
-        if not out.actual.numel() or all(math.isfinite(v) for v in torch.aminmax(out.actual)):
+        if not out.actual.numel() or all(math.isfinite(v) for v in aminmax(out.actual)):
             continue  # the common case, found by reductions without an output-sized temporary
         inf = torch.isinf(out.actual)
         count = int((out.golden[inf].abs() > largest).sum())

@@ -24,6 +24,7 @@ from .dtypes import parse_dtype
 from .known_failures import STATUSES
 from .metrics import Metrics
 from .rules import LEVELS, MAX_ROUNDINGS, STANDARD_NAMES, metric_names
+from .torch_compat import LATER_FLOAT_DTYPES
 
 # The branches of a tagged union appear in pydantic's error locations; the formatter drops them.
 BRANCH_TAGS = frozenset({"(number)", "(pair)", "(names)", "(table)", "(limit)"})
@@ -110,8 +111,10 @@ def _list(what: str) -> BeforeValidator:
 
 @lru_cache(maxsize=None)
 def _float_dtype_names() -> tuple[str, ...]:
+    """This torch's float dtypes, and those of later torches: a table's row for a dtype this torch
+    lacks loads, and is never used."""
     names = {str(v).removeprefix("torch.") for v in vars(torch).values() if isinstance(v, torch.dtype)}
-    return tuple(sorted(n for n in names if getattr(torch, n).is_floating_point))
+    return tuple(sorted({n for n in names if getattr(torch, n).is_floating_point} | set(LATER_FLOAT_DTYPES)))
 
 
 def _float_dtype(value: Any) -> str:

@@ -84,6 +84,12 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None
 def settings_for(config: pytest.Config) -> Settings:
     """The device, golden, baseline and rules of this run, made once from the options."""
     if _SETTINGS not in config.stash:
+        from .torch_compat import UnsupportedEnvironment, check_environment
+
+        try:  # before anything runs: an old torch or one without its numpy fails each case otherwise
+            check_environment()
+        except UnsupportedEnvironment as exc:
+            raise pytest.UsageError(str(exc)) from None
         from .budget import default_budget
         from .cases import Settings
         from .rules import Rules

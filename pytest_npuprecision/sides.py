@@ -16,6 +16,7 @@ import torch
 
 from .backends import Backend
 from .ops import ResolvedOp
+from .torch_compat import default_device, rms_norm_eps
 
 
 class OpExecutionError(RuntimeError):
@@ -60,7 +61,7 @@ class Side:
     def factory_device(self) -> contextlib.AbstractContextManager:
         """This side's device as factory calls' default; nothing where it already is, as a device
         context adds a Python hop to every op."""
-        return contextlib.nullcontext() if self.device == torch.get_default_device() else self.device
+        return contextlib.nullcontext() if self.device == default_device() else self.device
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
@@ -127,11 +128,11 @@ def prepare(args, kwargs, leaf, other, device) -> tuple[tuple, dict]:
     return call_args, call_kwargs
 
 
-# Arguments whose default follows the input's dtype, by op: the kernel takes its compute type's
-# (float32's for every float up to 32 bits), so a golden raised to float64 must be given that value,
-# or it computes another function (rms_norm's eps of 2e-16 against 1.2e-7: a 1e-3 error at a mean
-# square of 1e-4).
-DTYPE_DEFAULTS = {"rms_norm": (3, "eps", lambda compute: torch.finfo(compute).eps)}
+# Arguments a kernel holds in a type of its own, by op: (position, keyword, the value it uses for its
+# first input's dtype and the given value or None). A golden raised to float64 must be given that
+# value, or it computes another function (rms_norm's default eps of 2e-16 against float32's 1.2e-7:
+# a 1e-3 error at a mean square of 1e-4). Which type depends on the torch (torch_compat.rms_norm_eps).
+KERNEL_SCALARS = {"rms_norm": (3, "eps", rms_norm_eps)}
 
 
 def side_arguments(args, kwargs, side: Side, notes: list[str], square: bool = False,
@@ -167,12 +168,11 @@ def side_arguments(args, kwargs, side: Side, notes: list[str], square: bool = Fa
         return value
 
     call_args, call_kwargs = prepare(args, kwargs, leaf, other, side.device)
-    if scalar_dtype is not None and op_name in DTYPE_DEFAULTS:
-        index, name, default = DTYPE_DEFAULTS[op_name]
-        given = call_args[index] if len(call_args) > index else call_kwargs.get(name)
-        if given is None:
-            call_args = call_args[:index]
-            call_kwargs[name] = default(scalar_dtype)
+    if scalar_dtype is not None and op_name in KERNEL_SCALARS and args and isinstance(args[0], torch.Tensor):
+        index, name, kernel_value = KERNEL_SCALARS[op_name]
+        given = args[index] if len(args) > index else kwargs.get(name)  # as given, before any rounding
+        call_args = call_args[:index]
+        call_kwargs[name] = kernel_value(args[0].dtype, given)
     if square:  # addmm/baddbmm scale their terms by alpha and beta: the squared terms by their squares
         call_kwargs.update({k: v * v for k, v in call_kwargs.items()
                             if k in ("alpha", "beta") and isinstance(v, (int, float))})

@@ -36,6 +36,7 @@ import torch
 from hypothesis import strategies as st
 
 from .dtypes import parse_dtype
+from .torch_compat import nextafter
 
 SPECIAL_VALUES = ("zero", "subnormal", "max", "near_overflow", "inf", "nan")
 DEFAULT_RANGE = (-8.0, 8.0)  # float inputs; wide enough to exercise an op, far from any overflow
@@ -81,7 +82,7 @@ def _on_grid(value: float, dtype: torch.dtype, towards: float) -> float:
     value = max(-top, min(top, float(value)))
     t = torch.tensor(value, dtype=torch.float64).to(dtype)
     if (towards > 0 and t.item() < value) or (towards < 0 and t.item() > value):
-        t = torch.nextafter(t, torch.tensor(towards, dtype=dtype))
+        t = nextafter(t, torch.tensor(towards, dtype=dtype))
     return float(t.item())
 
 
@@ -142,8 +143,8 @@ def special_values(dtype: Any, kinds: Iterable[str] = SPECIAL_VALUES) -> list[fl
     dtype = _float_dtype(dtype)
     kinds = check_special(kinds)
     info = torch.finfo(dtype)
-    smallest = float(torch.nextafter(torch.tensor(0.0, dtype=dtype), torch.tensor(1.0, dtype=dtype)).item())
-    largest_subnormal = float(torch.nextafter(torch.tensor(info.tiny, dtype=dtype),
+    smallest = float(nextafter(torch.tensor(0.0, dtype=dtype), torch.tensor(1.0, dtype=dtype)).item())
+    largest_subnormal = float(nextafter(torch.tensor(info.tiny, dtype=dtype),
                                               torch.tensor(0.0, dtype=dtype)).item())
     near = [_on_grid(info.max / 2, dtype, -math.inf), _on_grid(math.sqrt(info.max), dtype, -math.inf),
             _on_grid(math.log(info.max), dtype, -math.inf)]

@@ -53,3 +53,48 @@ def dump_params(*folders: str) -> list:
         params += [pytest.param(p, id=p.relative_to(FIXTURES).as_posix()) for p in files] or [
             pytest.param(FIXTURES / folder, id=folder, marks=pytest.mark.skip(reason=reason))]
     return params
+
+
+def judged_here(records: dict[str, dict]) -> dict[str, dict]:
+    """The case records this torch could judge: all but the cases it has no kernel for (torch 2.1's CPU
+    has no float16 addmm or softmax), which skip as no-kernel, saying so. Where every kernel exists
+    (the pinned torch, a GPU, an NPU) nothing is left out."""
+    kept = {k: r for k, r in records.items() if r.get("reason") != "no-kernel"}
+    if not kept:
+        import torch
+
+        pytest.skip(f"torch {torch.__version__} has no kernel for any of these cases")
+    return kept
+
+
+def needs_kernel(what: str, probe) -> pytest.MarkDecorator:
+    """Skips a test where this torch has no kernel for ``probe()`` (torch 2.1's CPU has no float16 addmm),
+    saying which; any other error of the probe is raised."""
+    import torch
+
+    from pytest_npuprecision.torch_compat import kernel_gap
+
+    try:
+        probe()
+        gap = None
+    except (RuntimeError, NotImplementedError) as exc:
+        gap = kernel_gap(exc)
+        if gap is None:
+            raise
+    reason = "" if gap is None else f"torch {torch.__version__} has no {gap[1]} kernel for {what} (\"{gap[0]}\")"
+    return pytest.mark.skipif(gap is not None, reason=reason)
+
+
+# The committed example dumps (examples/dumps) were made with this torch release: another one's
+# kernels round differently, so a fresh run of the generators matches them only on this one.
+DUMPS_MADE_WITH = (2, 13)
+
+
+def made_with_this_torch() -> pytest.MarkDecorator:
+    import torch
+
+    from pytest_npuprecision.torch_compat import TORCH
+
+    made = ".".join(map(str, DUMPS_MADE_WITH))
+    return pytest.mark.skipif(TORCH != DUMPS_MADE_WITH, reason=f"the example dumps were made with torch {made}; "
+                                                                f"torch {torch.__version__}'s kernels round differently")

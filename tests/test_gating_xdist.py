@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
 from fixtures import FIXTURES, needs_dumps
 
 DUMP = FIXTURES / "mlp_tensor"  # two steps, 46 cases
@@ -48,6 +50,18 @@ def plant_known_failures(pytester) -> None:
     (pytester.path / "kf.json").write_text(json.dumps(data))
 
 
+@pytest.fixture
+def one_thread(monkeypatch):
+    """Every process sums with one thread: a sum's last bits follow the thread count, and xdist's
+    workers would otherwise take cores // 2 each where the serial run takes all of them."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers start with it, and the plugin leaves it alone
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the serial run is this process
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_a_parallel_run_has_the_verdicts_summary_and_reports_of_a_serial_run(pytester):
     plant_known_failures(pytester)
     serial = run(pytester, "serial", "--npu-precision-known-failures", "kf.json")

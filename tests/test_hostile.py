@@ -29,13 +29,33 @@ def corpus(tmp_path_factory):
     return base, items
 
 
-def _run(base: Path, name: str, *options: str) -> tuple[subprocess.CompletedProcess, list[dict], list[str]]:
+def _audited(base: Path, name: str) -> tuple[Path, Path, dict[str, str]]:
+    """A fresh folder to run pytest in, its audit log and the environment that writes it."""
     cwd = base / f"cwd-{name}"
     cwd.mkdir()
     audit = base / f"audit-{name}.log"  # subprocess.Popen logs its executable: argv[0]
     # This checkout's package first: an editable install elsewhere would otherwise be the one tested.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "NPU_PRECISION_AUDIT_LOG": str(audit),
            "PYTHONPATH": os.pathsep.join([str(HERE / "hostile"), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    return cwd, audit, env
+
+
+def _started(events: list[str]) -> set[str]:
+    return {e.split("\t", 1)[1] for e in events if not e.startswith("open\t")}
+
+
+def _started_without_the_plugin(base: Path, name: str, *options: str) -> set[str]:
+    """The processes a run with the same workers starts with the plugin off: other installed plugins'
+    (pytest-cov's git, ...), which are none of the harness's doing."""
+    cwd, audit, env = _audited(base, f"{name}-without")
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "audit_plugin",
+                    "-p", "no:npuprecision", *options], cwd=cwd, env=env, capture_output=True, text=True,
+                   timeout=LIMIT_SECONDS, stdin=subprocess.DEVNULL)
+    return _started(audit.read_text().splitlines() if audit.exists() else [])
+
+
+def _run(base: Path, name: str, *options: str) -> tuple[subprocess.CompletedProcess, list[dict], list[str]]:
+    cwd, audit, env = _audited(base, name)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "audit_plugin",
@@ -64,9 +84,10 @@ def test_every_hostile_item_ends_as_it_should_and_harms_nothing(corpus, workers)
     assert "\x1b" not in result.stdout + result.stderr
     # No payload ran: no marker, no process started.
     assert sorted(p.name for p in (base / "markers").iterdir()) == []
-    # The only processes are the harness's own: platform's `uname`, and xdist's workers.
-    started = {e.split("\t", 1)[1] for e in events if not e.startswith("open\t")}
-    assert started <= {"uname", sys.executable}
+    # The only processes are the harness's own (platform's `uname`, and xdist's workers) and those the
+    # same run starts without the plugin.
+    others = _started_without_the_plugin(base, name, *workers)
+    assert _started(events) - others <= {"uname", sys.executable}
     # Nothing outside the dumps was opened: not the secret files, not the linked folders.
     outside = str(base / "outside")
     assert [e for e in events if e.startswith("open\t") and e.split("\t", 1)[1].startswith(outside)] == []

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures import made_with_this_torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "dumps"
 PLANTED = {  # the defective recorded results, and where they show
@@ -77,6 +78,7 @@ def test_the_references_are_the_golden_of_npu_ops_without_torch_npu():
     assert "--npu-precision-device dumped" in op.unsupported
 
 
+@made_with_this_torch()
 @pytest.mark.parametrize("name", ["npu_llm_tensor", "npu_llm_defects_tensor"])
 def test_the_example_generator_reproduces_the_shipped_dumps(tmp_path, name):
     # A subprocess, as a user runs it: the optimizer imports torch._dynamo, which must not share a worker.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import dump_params, fixture_dump
+from fixtures import dump_params, fixture_dump, judged_here
 
 TENSOR_DUMPS = dump_params("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
 REAL_MODELS = Path(__file__).resolve().parent / "data" / "real-models"  # autocast, casts, an AdamW step, overflow
@@ -31,6 +31,8 @@ def test_offline_verdicts_equal_cpu_verdicts_on_cpu_recorded_dumps(pytester, dum
     live = run(pytester, path, "cpu")
     offline = run(pytester, path, "dumped")
     assert live.keys() == offline.keys()
+    live = judged_here(live)  # a case this torch's CPU has no kernel for has no live verdict to equal
+    offline = {case_id: record for case_id, record in offline.items() if case_id in live}
     judged = 0
     for case_id, record in offline.items():
         if record["status"] == "skip":

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import register_op
+from pytest_npuprecision.torch_compat import rms_norm
 
 FIXED = os.environ.get("PLANTED_OPS") == "fixed"
 
@@ -85,7 +86,7 @@ def my_layer_norm(x, normalized_shape, weight, bias, eps=1e-5):
     return _LayerNorm.apply(x, normalized_shape, weight, bias, eps)
 
 
-register_op("my_rms_norm", my_rms_norm, reference=F.rms_norm, like="rms_norm")
+register_op("my_rms_norm", my_rms_norm, reference=rms_norm, like="rms_norm")
 register_op("my_softmax", my_softmax, like="softmax")  # the golden: the same op, in float64
 register_op("my_gelu", my_gelu, reference=F.gelu, like="gelu")
 register_op("my_sum", my_sum, like="sum")

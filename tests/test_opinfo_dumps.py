@@ -35,6 +35,17 @@ def api_name(key: str) -> str:
     return re.sub(r"\.\d+\.(forward|backward)$", "", key)
 
 
+# Skips that would mean the harness got a name wrong. A call this torch cannot replay (det's backward
+# on a 0x0 input skips as replay-error under torch 2.7 and 2.11; torch 2.1's CPU has no float16
+# kernel of several ops: no-kernel) is the torch's, not the naming's.
+NAMING_SKIPS = ("unsupported-op", "ambiguous-op")
+
+
+def judged(records: dict[str, dict]) -> dict[str, dict]:
+    """The records this torch could replay: all but its replay-error and no-kernel skips."""
+    return {k: r for k, r in records.items() if r["status"] != "skip" or r["reason"] in NAMING_SKIPS}
+
+
 def test_every_linalg_name_msprobe_hooked_runs_torch_linalgs_function(pytester):
     records = run(pytester, "linalg/float32")
     names = {api_name(k).removeprefix("Torch.") for k in records if k.startswith("Torch.")}
@@ -43,7 +54,7 @@ def test_every_linalg_name_msprobe_hooked_runs_torch_linalgs_function(pytester):
             "vecdot", "cholesky_ex", "svdvals", "lu"} <= names
     assert {"svd", "qr", "norm", "cross", "diagonal", "vander", "det"} <= names
     assert names <= namesakes.LINALG
-    skipped = {k: r["message"] for k, r in records.items() if r["status"] == "skip"}
+    skipped = {k: r["message"] for k, r in judged(records).items() if r["status"] == "skip"}
     assert skipped == {}  # nothing msprobe hooked is unsupported, and no call leaves its function in doubt
     harness = {k: r["message"] for k, r in records.items() if r["status"] == "harness-error"}
     assert harness == {}
@@ -58,7 +69,7 @@ def test_every_linalg_name_msprobe_hooked_runs_torch_linalgs_function(pytester):
 def test_namesakes_run_the_function_whose_arguments_the_dump_recorded(pytester):
     """torch.svd and torch.linalg.svd, torch.cross and torch.linalg.cross, ...: the other function
     would differ far past any bound (V for Vh, another dim, a decreasing Vandermonde matrix)."""
-    records = run(pytester, "linalg/float32")
+    records = judged(run(pytester, "linalg/float32"))
     shared = {k: r["status"] for k, r in records.items()
               if api_name(k).removeprefix("Torch.") in ("svd", "qr", "norm", "cross", "diagonal", "vander", "det")}
     assert len(shared) >= 20
@@ -112,8 +123,8 @@ REAL_IMPRECISIONS = [
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_torchs_real_imprecisions_fail(pytester, dtype):
-    records = run(pytester, f"imprecise/{dtype}")
-    expected = [key for d, key in REAL_IMPRECISIONS if d == dtype]
+    records = judged(run(pytester, f"imprecise/{dtype}"))  # torch 2.1's CPU has no float16 matrix_exp
+    expected = [key for d, key in REAL_IMPRECISIONS if d == dtype and key in records]
     assert expected
     assert {key: records[key]["status"] for key in expected} == {key: "error" for key in expected}
 
@@ -123,7 +134,7 @@ def test_the_issues_false_alarm_groups_pass_on_a_cpu_device(pytester):
     losses' lengths and roundings, softmin's term norms and the shared row factor judge them fair.
     (float32 kl_div, the last one left, counts the roundings of its composed steps.)"""
     left: set[str] = set()
-    records = run(pytester, "false_alarms")
+    records = judged(run(pytester, "false_alarms"))
     failed = {k for k, r in records.items() if r["status"] == "error"}
     # float16 addbmm sits at 1.1x its mean bound with two threads and within it with one: torch's
     # blocking follows the thread count (an xdist worker runs one).

@@ -165,7 +165,10 @@ def test_the_rerun_line_of_a_custom_backend_works_as_printed_from_anywhere(pytes
     pytester.makepyfile(bad_gelu=FAULTY)
     shutil.copy(Path(__file__).with_name("faulty_backend.py"), pytester.path)
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "PYTHONPATH": ""}
+    # The parent's PYTHONPATH stays (the plugin may be installed there, with pip --target), less any
+    # entry that would make the folder pytest runs in importable by itself.
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", ".")]
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "PYTHONPATH": os.pathsep.join(kept)}
     first = subprocess.run([str(Path(bin_dir) / "pytest"), "--npu-precision=dumps/mlp_tensor", "--npu-precision-device",
                             "bad_gelu:backend", "-p", "no:cacheprovider", "-k", "gelu.0.forward"],
                            cwd=pytester.path, env=env, capture_output=True, text=True, timeout=120)

@@ -17,6 +17,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from ..torch_compat import TENSOR_METHOD_PREFIXES
+
 # Calls that read or move metadata, or only re-label memory: msprobe skips them too, and a precision check
 # has nothing to judge in them.
 _NOT_RECORDED = frozenset({
@@ -61,7 +63,7 @@ def api_name(func: Callable[..., Any], caller: FrameType | None) -> str | None:
     if getattr(F, name, None) is func:
         return None if name.startswith("_") else f"Functional.{name}"
     qualname = getattr(func, "__qualname__", "") or ""
-    if qualname.startswith(("TensorBase.", "Tensor.")):
+    if qualname.startswith(TENSOR_METHOD_PREFIXES):
         operator = _operator(name, caller)
         if operator is not None:
             return f"Tensor.{operator}"

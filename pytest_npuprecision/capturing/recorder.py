@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..torch_compat import is_compiling
 from ..warning_types import CaptureGapWarning
 from ..ops import is_inplace
 from .called import as_called
@@ -124,7 +125,7 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         if getattr(self._busy, "on", False) or self.closed:
             return func(*args, **kwargs)
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return func(*args, **kwargs)
         frame = caller_frame(1)
         name = api_name(func, frame)

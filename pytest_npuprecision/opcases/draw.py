@@ -14,6 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from .. import strategies as nst
+from ..torch_compat import load_tensors
 from .spec import Call, FromFile, Fixed, InputSpec, OneOf, OpCase, TensorSpec
 
 
@@ -78,7 +79,7 @@ def _fixed(spec: InputSpec, sizes: Mapping[str, int]) -> Any:
         return _substitute(spec.value, sizes)
     if isinstance(spec, FromFile):
         try:
-            return torch.load(spec.path, weights_only=True)
+            return load_tensors(spec.path)
         except Exception as exc:
             raise CaseInputError(f"{spec.path} cannot be loaded with torch.load(weights_only=True) "
                                  f"({type(exc).__name__}: {exc}): write it again with torch.save") from None

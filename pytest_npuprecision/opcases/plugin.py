@@ -82,6 +82,9 @@ def _finish(item: pytest.Item, outcome: Outcome, settings: OpCaseSettings) -> No
     """Complete the record; then pass, or raise the failure (a regression past a known failure first)."""
     __tracebackhide__ = True
     record = item.stash[RECORD]
+    if outcome.unavailable is not None:
+        record.update(status="skip", reason="no-kernel", message=outcome.unavailable, seconds=outcome.seconds)
+        pytest.skip(f"[no-kernel] {outcome.unavailable}")
     result = outcome.result
     status = "pass" if outcome.passed else "input-error" if outcome.problem is not None else _failed_status(result)
     record.update(status=status, api=outcome.op_name, seconds=outcome.seconds, examples=outcome.examples,

@@ -8,6 +8,7 @@ judging (judging.judge); this module only resolves what the case names and ranks
 from __future__ import annotations
 
 import time
+import unittest
 import zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -24,6 +25,7 @@ from ..ops import ResolvedOp, resolve
 from ..rules import Rules
 from ..summary import excess, failing_outputs
 from ..runner import GoldenNotWide, OpExecutionError, run_call
+from ..torch_compat import missing_kernel, newer_op
 from ..verdict import Check, Status, Verdict
 from .registry import CustomOp, entry_point_errors, registered_op
 from .schema import SchemaError
@@ -36,6 +38,11 @@ HOW_TO_NAME = ("use an msprobe name (Functional.gelu), a dotted path (torch.nn.f
 
 class CaseSpecError(ValueError):
     """The case cannot run as written: the inputs it draws do not fit the op, or its reference."""
+
+
+class OpUnavailable(unittest.SkipTest):
+    """This torch lacks the op, or its kernel for the case's dtype on the device: the case is skipped.
+    A SkipTest, so that Hypothesis stops at once instead of shrinking it as a failure."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,8 @@ def resolve_op(name: str | Callable[..., Any], field: str) -> tuple[ResolvedOp, 
     api_name = name if name.partition(".")[0] in _PREFIXES else _as_api_name(name)
     if api_name is not None:
         op = resolve(api_name)
+        if op.unsupported and newer_op(api_name):
+            raise OpUnavailable(newer_op(api_name))
         if op.unsupported:
             raise SchemaError(field, f"{name!r} cannot run here ({op.unsupported.removeprefix('unsupported: ')}): "
                                      f"{HOW_TO_NAME}")
@@ -195,6 +204,9 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
                        requires_grad=requires if case.backward else (), seed=case_seed(case),
                        reference=target.reference)
     except OpExecutionError as exc:
+        lacking = missing_kernel(target.op.api_name, exc.side, exc.__cause__) if exc.side.startswith("device") else None
+        if lacking is not None:
+            raise OpUnavailable(lacking) from None
         if exc.side.startswith("device") and not _reference_raises(target, call):
             return ExampleResult(problem=str(exc), seconds=time.perf_counter() - started)
         raise CaseSpecError(f"the drawn inputs do not fit the op: {exc}: fix the case's shapes, dtypes or "

@@ -25,7 +25,7 @@ from ..backends import Backend, load_backend
 from ..cases import baseline_label, golden_label
 from ..rules import Rules
 from .draw import CaseInputError, call_strategy, fixed_call
-from .run import CaseSpecError, ExampleResult, Target, prepare, run_example
+from .run import CaseSpecError, ExampleResult, OpUnavailable, Target, prepare, run_example
 from .schema import SchemaError
 from .spec import Call, OpCase, op_label
 
@@ -92,6 +92,7 @@ class Outcome:
     call: Call | None = None  # the failing example (shrunk), when one failed
     result: ExampleResult | None = None
     problem: str | None = None  # the case cannot run as written: a usage error, not a precision failure
+    unavailable: str | None = None  # this torch lacks the op or its kernel for the dtype: a skip
     notes: tuple[str, ...] = ()
     regression: Path | None = None  # the regression case written for the failing example
     searched: int = 0  # examples run before the failing one was found; the rest shrank it
@@ -100,7 +101,7 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
-        return self.problem is None and (self.result is None or not self.result.failed)
+        return self.problem is None and self.unavailable is None and (self.result is None or not self.result.failed)
 
 
 class _ExampleFailed(Exception):
@@ -134,13 +135,16 @@ def hypothesis_settings_for(case: OpCase, profile: Profile, root: Path) -> hypot
 
 
 def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Outcome:
-    """Check one case in one dtype; usage problems come back in ``problem``, never raised."""
+    """Check one case in one dtype; usage problems come back in ``problem``, what this torch lacks in
+    ``unavailable``, never raised."""
     started = time.perf_counter()
     try:
         target_ = prepare(case, settings.rules)
     except SchemaError as exc:
         return Outcome(case, dtype, 0, time.perf_counter() - started, op_label_of(case), "",
                        problem=f"{case.source}, case {case.id!r}, {exc}")
+    except OpUnavailable as exc:
+        return Outcome(case, dtype, 0, time.perf_counter() - started, op_label_of(case), "", unavailable=str(exc))
 
     def outcome(examples: int, **found) -> Outcome:
         if "problem" in found:
@@ -149,15 +153,18 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
                        target_.reference_label, **found)
 
     with _single_threaded():
-        if case.fixed:
-            try:
-                call = fixed_call(case, dtype)
-                result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
-                                     strict_warnings=settings.strict_warnings, float32=settings.float32)
-                return outcome(1, call=call, result=result)
-            except (CaseInputError, CaseSpecError) as exc:
-                return outcome(1, problem=str(exc))
-        return _search(case, dtype, target_, settings, outcome)
+        try:
+            if case.fixed:
+                try:
+                    call = fixed_call(case, dtype)
+                    result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
+                                         strict_warnings=settings.strict_warnings, float32=settings.float32)
+                    return outcome(1, call=call, result=result)
+                except (CaseInputError, CaseSpecError) as exc:
+                    return outcome(1, problem=str(exc))
+            return _search(case, dtype, target_, settings, outcome)
+        except OpUnavailable as exc:
+            return outcome(1, unavailable=str(exc))
 
 
 def op_label_of(case: OpCase) -> str:
