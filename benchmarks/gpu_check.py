@@ -7,11 +7,11 @@ project installed (pip install -e ".[test]"). Each step runs pytest (or a probe)
 
 1. TF32 rounding: how cuBLAS and cuDNN round float32 inputs with TF32 on (tf32_rounding.py): the
    rounding that reproduces their results to a few float32 ulp is the one the bounds assume.
-2. The GPU tests (tests/test_cuda.py, test_backends.py, test_math_modes.py).
-3. The shipped example dumps on cuda, serial and with -n WORKERS (per-case time from the wall time).
-4. The float32 CNN dump (examples/cnn_float32_tensor) on cuda as run, as IEEE and pinned to IEEE.
-5. The examples with a cuda golden (it must agree with the cpu golden) and with a live cpu baseline.
-6. The whole test suite with the GPU visible (-n SUITE_WORKERS, every core but one).
+2. The GPU tests (tests/test_cuda.py, test_cuda_findings.py, test_backends.py, test_math_modes.py).
+3. The float32 CNN dump (examples/cnn_float32_tensor) on cuda as run, as IEEE and pinned to IEEE.
+4. The whole test suite with the GPU visible (-n SUITE_WORKERS, every core but one).
+5. The shipped example dumps on cuda, serial and with -n WORKERS (per-case time from the wall time).
+6. The examples with a cuda golden (it must agree with the cpu golden) and with a live cpu baseline.
 
 Without a GPU it says so and exits 2: CI never runs it.
 """
@@ -58,12 +58,8 @@ def steps(workers: int, suite_workers: int) -> list[Step]:
     return [
         Step("tf32 rounding probe", [sys.executable, "benchmarks/tf32_rounding.py"],
              "rne10 fits cuBLAS/cuDNN with TF32 on", 120),
-        Step("GPU tests", pytest("tests/test_cuda.py", "tests/test_backends.py", "tests/test_math_modes.py"),
-             "all pass"),
-        Step("examples on cuda, serial", pytest("--npu-precision", dumps, "--npu-precision-device", "cuda"),
-             "no failure"),
-        Step(f"examples on cuda, -n {workers}",
-             pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", *parallel), "same as serial"),
+        Step("GPU tests", pytest("tests/test_cuda.py", "tests/test_cuda_findings.py", "tests/test_backends.py",
+                                 "tests/test_math_modes.py"), "all pass"),
         Step("cnn float32 on cuda, as-run", pytest("--npu-precision", cnn, "--npu-precision-device", "cuda"),
              "all pass (TF32 convs judged as TF32)"),
         Step("cnn float32 on cuda, ieee",
@@ -72,12 +68,16 @@ def steps(workers: int, suite_workers: int) -> list[Step]:
         Step("cnn float32 on cuda, run-ieee",
              pytest("--npu-precision", cnn, "--npu-precision-device", "cuda", "--npu-precision-fp32", "run-ieee"),
              "all pass (TF32 off)"),
+        Step(f"whole suite, GPU visible, -n {suite_workers}", pytest("-n", str(suite_workers)), "no failure", 270),
+        Step("examples on cuda, serial", pytest("--npu-precision", dumps, "--npu-precision-device", "cuda"),
+             "no failure"),
+        Step(f"examples on cuda, -n {workers}",
+             pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", *parallel), "same as serial"),
         Step("examples, cuda golden", pytest("--npu-precision", dumps, "--npu-precision-device", "cpu",
                                              "--npu-precision-golden", "cuda"), "as with the cpu golden"),
         Step("examples, cuda vs live cpu baseline",
              pytest("--npu-precision", dumps, "--npu-precision-device", "cuda", "--npu-precision-baseline", "cpu"),
              "no failure"),
-        Step(f"whole suite, GPU visible, -n {suite_workers}", pytest("-n", str(suite_workers)), "no failure", 420),
     ]
 
 
