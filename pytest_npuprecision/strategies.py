@@ -10,7 +10,9 @@ Hypothesis reports is the tensor the op sees, and shrinking moves through values
   unchanged, so bfloat16 shrinks like float32. The value shown is always the mapped one.
 
 Subnormals, ±0, the dtype's max, values near overflow, ±inf and NaN appear only when asked for
-(``special=``): a device that flushes subnormals to zero should not fail an ordinary case.
+(``special=``): a device that flushes subnormals to zero should not fail an ordinary case. For the
+same reason ordinary draws hold no value so tiny that its products are subnormal where a fair kernel
+computes (below sqrt(float32's smallest normal), about 1e-19): such a value is drawn as 0.
 
 A tensor is drawn element by element when it is small (up to ``DENSE_ELEMENTS`` elements), with
 distinct values where the range holds enough of them. A larger tensor draws a seed for a
@@ -123,8 +125,20 @@ def floats(dtype: Any, *, min_value: float = DEFAULT_RANGE[0], max_value: float 
     values = st.floats(low, high, width=_WIDTH[dtype], allow_nan=False, allow_infinity=False,
                        allow_subnormal=subnormal)
     if dtype == torch.bfloat16:
-        return values.map(lambda v: min(high, max(low, round_to_bfloat16(v))))
+        values = values.map(lambda v: min(high, max(low, round_to_bfloat16(v))))
+    floor = _product_floor(dtype)
+    if not allow_subnormal and low <= 0 <= high and floor > tiny:
+        values = values.map(lambda v: 0.0 if abs(v) < floor else v)
     return values
+
+
+def _product_floor(dtype: torch.dtype) -> float:
+    """The smallest magnitude whose products with other such values stay normal where a fair kernel
+    computes (float32 for the 16-bit types): below it an ordinary draw becomes 0. A product of two
+    float32 values near float32's smallest normal is subnormal, and CPU kernels (oneDNN) flush that
+    to zero; subnormal results are drawn only when a case asks for them (special: [subnormal])."""
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    return math.sqrt(torch.finfo(wide).tiny)
 
 
 def special_floats(dtype: Any, kinds: Iterable[str] = SPECIAL_VALUES) -> st.SearchStrategy[float]:
