@@ -19,7 +19,7 @@ Formats, with where each figure comes from (docs/standards.md, "Float32 math mod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 FLOAT32_MANTISSA_BITS = 23
@@ -92,7 +92,6 @@ class Float32Modes:
     conv: MathMode = IEEE
     rnn: MathMode = IEEE
     known: bool = True  # False where nothing tells (a dump judged offline records no mode)
-    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def for_op(self, base_name: str) -> MathMode:
         """The mode a float32 call of this op ran in: IEEE for the ops no family covers."""
@@ -108,9 +107,6 @@ class Float32Modes:
 
     def as_dict(self) -> dict[str, Any]:
         return {**{family: getattr(self, family).name for family in FAMILIES}, "known": self.known}
-
-    def pinned_ieee(self) -> Float32Modes:
-        return replace(self, matmul=IEEE, conv=IEEE, rnn=IEEE)
 
 
 def describe_modes(modes: dict[str, Any]) -> str:

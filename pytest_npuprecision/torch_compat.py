@@ -65,6 +65,25 @@ def is_compiling() -> bool:
     return bool(dynamo is not None and dynamo.is_compiling())
 
 
+def fp32_precision(path: str) -> str | None:
+    """torch.backends.PATH.fp32_precision (2.9: one float32 switch per backend, "ieee", "tf32" or "bf16"),
+    where "none" inherits from the module above (cudnn.conv from cudnn, then torch.backends): the
+    precision the library actually gets. None before 2.9, where only the older flags exist
+    (allow_tf32, torch.get_float32_matmul_precision)."""
+    if not hasattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision"):
+        return None
+    parts = path.split(".")
+    while parts:
+        module = torch.backends
+        for part in parts:
+            module = getattr(module, part, None)
+        value = getattr(module, "fp32_precision", "none")
+        if value != "none":
+            return value
+        parts.pop()
+    return "ieee"
+
+
 @contextlib.contextmanager
 def _torchs_own_deprecations() -> Iterator[None]:
     """Silences the deprecation warnings torch 2.1 and 2.2 raise against themselves: listing the

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ..math_modes import IEEE, Float32Modes, half_products, tf32
+from ..torch_compat import fp32_precision
 
 
 class BackendError(RuntimeError):
@@ -150,10 +151,10 @@ _ONEDNN_FAMILIES = ("matmul", "conv", "rnn")
 def _onednn_modes() -> Float32Modes:
     modes = {}
     for family in _ONEDNN_FAMILIES:
-        module = getattr(getattr(torch.backends, "mkldnn", None), family, None)
-        precision = getattr(module, "fp32_precision", None)
-        if precision is None and family == "matmul":  # before torch 2.9
-            precision = {"medium": "bf16"}.get(torch.get_float32_matmul_precision(), "ieee")
+        precision = fp32_precision(f"mkldnn.{family}")
+        if precision is None:  # before torch 2.9: only the matmul precision, "medium" allowing bfloat16
+            precision = {"medium": "bf16"}.get(torch.get_float32_matmul_precision(), "ieee") \
+                if family == "matmul" else "ieee"
         setting = f"torch.backends.mkldnn.{family}.fp32_precision is {precision!r}"
         switch = f"torch.backends.mkldnn.{family}.fp32_precision = 'ieee' (or torch.set_float32_matmul_precision('highest'))"
         modes[family] = {"bf16": half_products("bfloat16", setting, switch),

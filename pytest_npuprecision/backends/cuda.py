@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import torch
 
 from ..math_modes import IEEE, Float32Modes, tf32
+from ..torch_compat import fp32_precision
 from .base import Backend, BackendError, BackendInfo, deterministic
 
 
@@ -70,7 +71,7 @@ class CudaBackend(Backend):
 # the legacy allow_tf32 flags raises, and torch.backends.cudnn.flags() reads them. So each flag is set
 # and restored alone, through the newer API wherever torch has it.
 def _has_fp32_precision() -> bool:
-    return hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
+    return fp32_precision("cudnn.conv") is not None
 
 
 def tf32_in_use() -> tuple[bool, bool]:
@@ -79,23 +80,8 @@ def tf32_in_use() -> tuple[bool, bool]:
     Apart, since torch's defaults differ: matmuls in full float32, convolutions in TF32.
     """
     if _has_fp32_precision():
-        return _fp32_precision("cuda.matmul") == "tf32", _fp32_precision("cudnn.conv") == "tf32"
+        return fp32_precision("cuda.matmul") == "tf32", fp32_precision("cudnn.conv") == "tf32"
     return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
-
-
-def _fp32_precision(path: str) -> str:
-    """torch.backends.PATH.fp32_precision, where "none" inherits from the module above (cudnn.conv from
-    cudnn, then torch.backends): the precision cuBLAS or cuDNN actually gets."""
-    parts = path.split(".")
-    while parts:
-        module = torch.backends
-        for part in parts:
-            module = getattr(module, part, None)
-        value = getattr(module, "fp32_precision", "none")
-        if value != "none":
-            return value
-        parts.pop()
-    return getattr(torch.backends, "fp32_precision", "none")
 
 
 # Where each family's switch lives, by API: (torch 2.9+ fp32_precision module, legacy allow_tf32 module).
@@ -108,7 +94,7 @@ def process_modes() -> Float32Modes:
     """The float32 mode of cuBLAS matmuls, cuDNN convolutions and cuDNN RNNs as this process set them
     (PyTorch's defaults: matmuls IEEE, convolutions and RNNs TF32)."""
     matmul, conv = tf32_in_use()
-    rnn = _fp32_precision("cudnn.rnn") == "tf32" if _has_fp32_precision() else conv
+    rnn = fp32_precision("cudnn.rnn") == "tf32" if _has_fp32_precision() else conv
     modes = {}
     for family, on in (("matmul", matmul), ("conv", conv), ("rnn", rnn)):
         new, legacy = _SWITCHES[family]
