@@ -26,7 +26,7 @@ from .error_data import save_error_data
 from .error_profile import ErrorProfile, error_profile
 from .fingerprint import InputFingerprint, fingerprint
 from .judging import judge
-from .math_modes import DEFAULT_POLICY, family_of
+from .math_modes import DEFAULT_POLICY
 from .metrics import Accumulation, Metrics
 from .namesakes import NoSingleNamesake, unknown_keywords
 from .ops import choose_namesake, resolve
@@ -212,14 +212,8 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
                       run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
                       guesses=guesses, dtype_differences=tuple(differences),
-                      float32_mode=_float32_mode(op.base_name, compared, settings.device), error_data=saved)
-
-
-def _float32_mode(base_name: str, compared, device: Backend) -> str | None:
-    if family_of(base_name) is None or not any(o.actual.dtype == torch.float32 for o in compared):
-        return None
-    modes = float32_modes_of(device)
-    return modes.for_op(base_name).name if modes.known else "unknown"
+                      float32_mode=run.float32_mode if any(o.actual.dtype == torch.float32 for o in compared) else None,
+                      error_data=saved)
 
 
 def _output_of(entry: Any) -> Any:

@@ -9,12 +9,12 @@ hold plain tensors, or lists and dicts of them, for ``torch.load(path, weights_o
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from .shown_text import folder_name
 from .sizes import format_size
 
 CASE_BYTES = 256 << 20
@@ -40,7 +40,7 @@ def save_error_data(folder: Path, case_id: str, args: Sequence[Any], kwargs: dic
     if _written[0] + size > RUN_BYTES:
         return {"saved": False, "why": f"this run already saved {format_size(_written[0])} of error data, "
                                        f"the {format_size(RUN_BYTES)} a process may"}
-    where = folder / _folder_name(case_id)
+    where = folder / folder_name(case_id, 180)
     where.mkdir(parents=True, exist_ok=True)
     for name, value in files.items():
         torch.save(value, where / name)
@@ -69,8 +69,3 @@ def _bytes(value: Any) -> int:
     if isinstance(value, dict):
         return sum(_bytes(v) for v in value.values())
     return 0
-
-
-def _folder_name(case_id: str) -> str:
-    """A case id as one folder name: step0/rank0::Functional.linear.0.forward -> step0_rank0_Functional..."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", case_id).strip("_")[:180] or "case"

@@ -71,7 +71,9 @@ class RunResult:
     notes: tuple[str, ...] = ()
     error: str | None = None  # device and golden (or dump) disagree on the structure of the results
     overflowed: str | None = None  # the device's forward left its dtype's range where the exact result does
-    math_mode: MathMode | None = None  # the device's float32 mode for this op, where narrower than float32
+    # The device's float32 mode for this op ("ieee", "tf32", "hf32"; "unknown" where nothing records
+    # it), where the op is a matmul, conv or rnn; None for the other ops.
+    float32_mode: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -279,7 +281,8 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
     reference = reference if reference is not None else op.reference
     golden_op = op if reference is None else replace(op, func=reference)
-    math_mode = _math_mode(device_backend, golden_op, args, kwargs, notes)
+    family_mode, float32_mode = _float32_mode(device_backend, golden_op, args, kwargs, notes)
+    math_mode = family_mode if family_mode is not None and family_mode.reduced else None
     if op.prefix == "Custom" and op.like is None and op.base_name not in ACCUMULATION_RULES:
         notes.append(f"{op.api_name} has no like= and no accumulation rule, so its bound assumes one rounding of one "
                      f"term per element (K = 1, no shared factor): a fused kernel that sums or normalizes errs past "
@@ -385,7 +388,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         op=op.api_name, device=device_backend.device, golden_dtype=golden_side.float_dtype, outputs=tuple(outputs),
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
-        overflowed=overflowed, math_mode=math_mode)
+        overflowed=overflowed, float32_mode=float32_mode)
 
 
 def _check_wide(op: ResolvedOp, outputs: Sequence[tuple[str, Any]]) -> None:
@@ -401,17 +404,18 @@ def _check_wide(op: ResolvedOp, outputs: Sequence[tuple[str, Any]]) -> None:
                 f"register_op(..., reference=...), or reference: in the op case)")
 
 
-def _math_mode(device: Backend, op: ResolvedOp, args, kwargs, notes: list[str]) -> MathMode | None:
-    """The device's float32 mode for this op where narrower than float32; None where IEEE. The
-    bounds widen for it only where an output is float32 (Accumulation.input_share)."""
+def _float32_mode(device: Backend, op: ResolvedOp, args, kwargs, notes: list[str]) -> tuple[MathMode | None, str | None]:
+    """The device's float32 mode for this op and its recorded name; (None, None) for an op no family
+    covers. The bounds widen for a reduced mode only where an output is float32 (Accumulation.input_share)."""
+    if family_of(op.base_name) is None:
+        return None, None
     modes = float32_modes_of(device)
-    mode = modes.for_op(op.base_name)
-    if not modes.known and family_of(op.base_name) is not None and any(
-            t.dtype == torch.float32 for t in tensor_paths(args, kwargs).values()):
+    if not modes.known and any(t.dtype == torch.float32 for t in tensor_paths(args, kwargs).values()):
         notes.append(f"no float32 math mode is recorded for {device.name}: {op.api_name} is judged as IEEE float32 "
                      f"(a float32 conv computed in HF32, torch_npu's default, fails so: tell the run its modes "
                      f"with --npu-precision-fp32-modes, e.g. conv=hf32)")
-    return mode if mode.reduced else None
+    mode = modes.for_op(op.base_name)
+    return mode, mode.name if modes.known else "unknown"
 
 
 def _complex_split(outputs: list[RunOutput]) -> list[RunOutput]:

@@ -3,6 +3,8 @@ where it is long. A dump is untrusted, and an ANSI escape in an API name would c
 
 from __future__ import annotations
 
+import re
+
 _QUOTED = 120  # characters of a key that a message quotes
 
 
@@ -20,3 +22,9 @@ def quoted_key(key: str) -> str:
     if len(shown) <= _QUOTED:
         return f"'{shown}'"
     return f"'{shown[:_QUOTED]}…' ({len(shown) - _QUOTED} more characters)"
+
+
+def folder_name(text: str, limit: int) -> str:
+    """An id (a case id, a test's node id) as one folder name: letters, digits, ``._-`` and ``_`` for the
+    rest, at most ``limit`` characters; never a path separator, never ``..`` alone."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")[:limit] or "case"

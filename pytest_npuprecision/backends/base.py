@@ -164,19 +164,28 @@ def _onednn_modes() -> Float32Modes:
 
 @contextlib.contextmanager
 def _onednn_ieee() -> Iterator[None]:
-    saved = {}
-    for family in _ONEDNN_FAMILIES:
-        module = getattr(getattr(torch.backends, "mkldnn", None), family, None)
-        if module is not None and hasattr(module, "fp32_precision"):
-            saved[module] = module.fp32_precision
-            module.fp32_precision = "ieee"
-    legacy = None if saved else torch.get_float32_matmul_precision()
-    if legacy is not None:
-        torch.set_float32_matmul_precision("highest")
+    with contextlib.ExitStack() as stack:
+        if fp32_precision("mkldnn.matmul") is None:  # before torch 2.9
+            legacy = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision("highest")
+            stack.callback(torch.set_float32_matmul_precision, legacy)
+        else:
+            for family in _ONEDNN_FAMILIES:
+                module = getattr(torch.backends.mkldnn, family, None)
+                if hasattr(module, "fp32_precision"):
+                    stack.enter_context(switched(module, fp32_precision="ieee"))
+        yield
+
+
+@contextlib.contextmanager
+def switched(module: Any, **values: Any) -> Iterator[None]:
+    """A module's switches (torch.backends.cudnn's allow_tf32, torch.npu.conv's allow_hf32) set for the
+    duration and put back as they were, each alone."""
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
     try:
         yield
     finally:
-        for module, value in saved.items():
-            module.fp32_precision = value
-        if legacy is not None:
-            torch.set_float32_matmul_precision(legacy)
+        for name, value in saved.items():
+            setattr(module, name, value)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 
 from ..math_modes import IEEE, Float32Modes, tf32
 from ..torch_compat import fp32_precision
-from .base import Backend, BackendError, BackendInfo, deterministic
+from .base import Backend, BackendError, BackendInfo, deterministic, switched
 
 
 class CudaBackend(Backend):
@@ -60,7 +60,7 @@ class CudaBackend(Backend):
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.cuda.device(self.device))
             stack.enter_context(deterministic())
-            stack.enter_context(_set(torch.backends.cudnn, benchmark=False, deterministic=True))
+            stack.enter_context(switched(torch.backends.cudnn, benchmark=False, deterministic=True))
             if self.tf32 is not None:
                 stack.enter_context(pinned_tf32(self.tf32))
             torch.manual_seed(seed)  # seeds every GPU too
@@ -116,20 +116,8 @@ def pinned_tf32(on: bool) -> Iterator[None]:
     if _has_fp32_precision():
         with contextlib.ExitStack() as stack:
             for module in (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
-                stack.enter_context(_set(module, fp32_precision="tf32" if on else "ieee"))
+                stack.enter_context(switched(module, fp32_precision="tf32" if on else "ieee"))
             yield
     else:
-        with _set(torch.backends.cuda.matmul, allow_tf32=on), _set(torch.backends.cudnn, allow_tf32=on):
+        with switched(torch.backends.cuda.matmul, allow_tf32=on), switched(torch.backends.cudnn, allow_tf32=on):
             yield
-
-
-@contextlib.contextmanager
-def _set(module: Any, **values: Any) -> Iterator[None]:
-    saved = {name: getattr(module, name) for name in values}
-    for name, value in values.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)

@@ -25,7 +25,7 @@ from typing import Iterator
 import torch
 
 from ..math_modes import IEEE, Float32Modes, hf32
-from .base import Backend, BackendError, BackendInfo, deterministic
+from .base import Backend, BackendError, BackendInfo, deterministic, switched
 
 
 def import_torch_npu() -> ModuleType:
@@ -96,15 +96,12 @@ def hf32_modes(npu: ModuleType) -> Float32Modes:
 
 @contextlib.contextmanager
 def hf32_off(npu: ModuleType) -> Iterator[None]:
-    switches = [getattr(npu, family, None) for family in _HF32_DEFAULTS]
-    saved = [(module, module.allow_hf32) for module in switches if hasattr(module, "allow_hf32")]
-    for module, _ in saved:
-        module.allow_hf32 = False
-    try:
+    with contextlib.ExitStack() as stack:
+        for family in _HF32_DEFAULTS:
+            module = getattr(npu, family, None)
+            if hasattr(module, "allow_hf32"):
+                stack.enter_context(switched(module, allow_hf32=False))
         yield
-    finally:
-        for module, value in saved:
-            module.allow_hf32 = value
 
 
 def inf_nan_mode(torch_npu: ModuleType) -> bool | None:

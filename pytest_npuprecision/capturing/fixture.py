@@ -3,12 +3,12 @@ block and, when it ends, checks every captured call; a failure names the test an
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ..cases import Settings
+from ..shown_text import folder_name
 from .checking import DumpCheck, check_dump
 from .recorder import capture
 
@@ -41,7 +41,7 @@ class CaptureFixture:
         root, where = self.root, f"{folder} (a temporary folder: pytest removes it after three more runs; " \
                                  f"--npu-precision-report DIR keeps a copy)"
         if self.keep is not None:
-            root = self.keep / _safe_name(self.test)
+            root = self.keep / folder_name(self.test, 120)
             kept = root / folder.relative_to(self.root)
             shutil.copytree(folder, kept, dirs_exist_ok=True)
             where = str(kept)
@@ -72,8 +72,3 @@ class _CheckedBlock:
         self.capturing.__exit__(*raised)
         if raised[0] is None:
             self.fixture.check(self.recorded.folder, self.step)
-
-
-def _safe_name(test: str) -> str:
-    """A test's node id as one folder name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", test).strip("_")[:120] or "test"
