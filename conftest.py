@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import register_op
-from pytest_npuprecision.torch_compat import rms_norm  # F.rms_norm, which torch 2.1 to 2.3 lack
+from pytest_npuprecision.common.torch_compat import rms_norm  # F.rms_norm, which torch 2.1 to 2.3 lack
 
 _HALF = (torch.float16, torch.bfloat16)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import load_dump
-from pytest_npuprecision.dump_paths import find_dump_files
+from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
+from pytest_npuprecision.dump.locations import find_dump_files
 
 FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES",
                                Path(__file__).resolve().parents[1] / "tests" / "data" / "msprobe-dumps"))

@@ -18,8 +18,8 @@ import torch
 
 from pytest_npuprecision import Backend
 from pytest_npuprecision.backends import load_backend
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.runner import run_call
 
 
 def _randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:

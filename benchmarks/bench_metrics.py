@@ -1,4 +1,4 @@
-"""Benchmark of ``pytest_npuprecision.judging``: wall time and peak extra memory.
+"""Benchmark of ``pytest_npuprecision.checks.judging``: wall time and peak extra memory.
 
 For each tensor size and output dtype this measures two modes:
 

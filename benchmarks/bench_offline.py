@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import load_dump
-from pytest_npuprecision.dump_paths import find_dump_files
+from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
+from pytest_npuprecision.dump.locations import find_dump_files
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DUMPS = [DATA / "msprobe-dumps" / name for name in ("mlp_tensor", "transformer_tensor", "transformer_bf16_tensor")] + [

@@ -36,9 +36,9 @@ import bench_dump  # noqa: E402  (its synthetic dumps)
 import bench_metrics  # noqa: E402  (its seeded judge inputs)
 
 from pytest_npuprecision import capture
-from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import load_dump
-from pytest_npuprecision.threads import available_cores
+from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
+from pytest_npuprecision.replay.threads import available_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSES: list[str] = []

@@ -1,6 +1,6 @@
 """The cost of the second look: the slowest cases of OpInfo dumps, timed with it and without it.
 
-The second look (second_look.py) reruns a failing output's golden on inputs moved by their dtype's
+The second look (precision/second_look.py) reruns a failing output's golden on inputs moved by their dtype's
 rounding, five times, before it judges again. It costs nothing where the first look passes, so its
 price shows on the cases that need it. This runs every case of the dumps on the CPU twice, once as
 shipped and once with the spread never measured, takes the N slowest cases (of the run with it),
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from pytest_npuprecision import perturbed
-from pytest_npuprecision.cases import CaseInputError, CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import load_dump
-from pytest_npuprecision.dump_paths import find_dump_files
+from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
+from pytest_npuprecision.dump.locations import find_dump_files
+from pytest_npuprecision.replay import perturbed
 
 
 def case_seconds(roots: list[Path], settings: Settings) -> tuple[dict[str, float], set[str]]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.torch_compat import optional
+from pytest_npuprecision.common.torch_compat import optional
 
 Call = tuple[tuple, dict]  # (args, kwargs), float32 masters before the cast
 Kernel = Callable[..., torch.Tensor]

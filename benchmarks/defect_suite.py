@@ -36,9 +36,9 @@ from typing import Callable, Iterator
 import torch
 
 from pytest_npuprecision import Status, judge
-from pytest_npuprecision.dtypes import float_format
-from pytest_npuprecision.ops import base_name
-from pytest_npuprecision.perturbed import input_spread
+from pytest_npuprecision.common.dtypes import float_format
+from pytest_npuprecision.ops.resolution import base_name
+from pytest_npuprecision.replay.perturbed import input_spread
 
 try:
     from benchmarks.defect_kernels import OPS, Op, toward_zero, truncating

@@ -4,7 +4,7 @@
     python docs/generate.py --check   # exit 1, naming the stale pages, when a committed page differs
 
 Sources: pytest_npuprecision/data/thresholds.yaml (limits), pytest_npuprecision/data/ops.yaml (which
-standard judges which op) and pytest_npuprecision.fused.FUSED_OPS (the Ascend fused-op references,
+standard judges which op) and pytest_npuprecision.ops.fused.FUSED_OPS (the Ascend fused-op references,
 with the standard the tables give each).
 """
 
@@ -19,8 +19,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's package, whichever one is installed
 
-from pytest_npuprecision.fused import FUSED_OPS  # noqa: E402
-from pytest_npuprecision.rules import Rules, parse_op_name  # noqa: E402
+from pytest_npuprecision.ops.fused import FUSED_OPS  # noqa: E402
+from pytest_npuprecision.precision.rules import Rules, parse_op_name  # noqa: E402
 
 DATA = ROOT / "pytest_npuprecision" / "data"
 OUT = ROOT / "docs" / "generated"
@@ -117,9 +117,9 @@ def fused_ops_page() -> str:
     rows = [[f"`{op.name}`", cell(op.outputs), rules.op_rule(parse_op_name(f"NPU.{op.name}")).standard,
              cell(op.unsupported) or "—"] for op in FUSED_OPS.values()]
     return "".join([
-        HEADER.format(source="pytest_npuprecision.fused.FUSED_OPS and pytest_npuprecision/data/ops.yaml"),
+        HEADER.format(source="pytest_npuprecision.ops.fused.FUSED_OPS and pytest_npuprecision/data/ops.yaml"),
         "# Ascend fused ops table\n\n",
-        "Each `NPU.<op>` below has a float64 pure-torch reference in `pytest_npuprecision/fused/`, written "
+        "Each `NPU.<op>` below has a float64 pure-torch reference in `pytest_npuprecision/ops/fused/`, written "
         "from torch_npu's public API documentation; the golden runs it without torch_npu "
         "([Offline check and Ascend fused ops](../offline.md#ascend-fused-ops)). The standard is the one "
         "the op table gives the op.\n\n",

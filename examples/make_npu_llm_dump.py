@@ -3,7 +3,7 @@
 No NPU and no torch_npu are needed. Each fused op runs as a plain-torch composite in the block's
 dtype (bfloat16, float16 for the projection that overflows), standing in for the NPU kernel: it
 computes in float32 and rounds once, as a fair kernel does, and is written independently of the
-float64 references in ``pytest_npuprecision/fused``. The recorder of ``make_example_dump.py``
+float64 references in ``pytest_npuprecision/ops/fused``. The recorder of ``make_example_dump.py``
 writes msprobe's format; a backward entry's ``output`` holds the gradient of each tensor argument in
 order, as torch_npu's single autograd node per fused op gives them.
 

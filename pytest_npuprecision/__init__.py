@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Backend": "backends", "BackendError": "backends", "BackendInfo": "backends",
-    "assert_precise": "judging", "judge": "judging",
-    "Accumulation": "metrics", "Metrics": "metrics",
+    "assert_precise": "checks.judging", "judge": "checks.judging",
+    "Accumulation": "precision.metrics", "Metrics": "precision.metrics",
     "capture": "capturing", "Capture": "capturing", "CaptureGapWarning": "capturing",
-    "CallVerdict": "check", "assert_call_precise": "check", "check_call": "check",
+    "CallVerdict": "checks.one_call", "assert_call_precise": "checks.one_call", "check_call": "checks.one_call",
     "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
-    "precision_case": "opcases.plugin",
-    "input_spread": "perturbed",
-    "Rules": "rules",
-    "Check": "verdict", "Element": "verdict", "Status": "verdict", "Verdict": "verdict", "render_message": "verdict",
+    "precision_case": "plugin.op_case_items",
+    "input_spread": "replay.perturbed",
+    "Rules": "precision.rules",
+    "Check": "precision.verdict", "Element": "precision.verdict", "Status": "precision.verdict", "Verdict": "precision.verdict", "render_message": "precision.verdict",
 }
 __all__ = sorted(_EXPORTS)
 

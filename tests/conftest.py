@@ -14,9 +14,9 @@ import torch._dynamo  # noqa: E402,F401
 if torch.distributed.is_available():
     import torch.distributed.tensor  # noqa: F401
 
-# The same for the plugin's own modules: an in-process run that first imports settings.py would leave
+# The same for the plugin's own modules: an in-process run that first imports plugin/settings.py would leave
 # the next run a fresh Backend class, and settings made by one would fail isinstance in the other.
-for _module in ("collecting", "opcases.plugin", "settings"):
+for _module in ("plugin.collecting", "plugin.op_case_items", "plugin.settings"):
     importlib.import_module(f"pytest_npuprecision.{_module}")
 
 
@@ -26,7 +26,7 @@ for _module in ("collecting", "opcases.plugin", "settings"):
 # torch added, is taken for that; any other error still fails the test.
 import pytest  # noqa: E402
 
-from pytest_npuprecision import torch_compat  # noqa: E402
+from pytest_npuprecision.common import torch_compat  # noqa: E402
 
 
 def _lacking(exc: BaseException) -> str | None:

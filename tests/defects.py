@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from pytest_npuprecision.dtypes import float_format
+from pytest_npuprecision.common.dtypes import float_format
 
 
 def _ulp(x: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence, get_args
 import torch
 
 from pytest_npuprecision import Backend, BackendInfo
-from pytest_npuprecision.dtypes import float_format
+from pytest_npuprecision.common.dtypes import float_format
 
 Kind = Literal["nan", "inf", "saturation", "bias", "noise", "low_precision", "wrong_element", "sign_flip"]
 KINDS: tuple[str, ...] = get_args(Kind)

@@ -72,7 +72,7 @@ def needs_kernel(what: str, probe) -> pytest.MarkDecorator:
     saying which; any other error of the probe is raised."""
     import torch
 
-    from pytest_npuprecision.torch_compat import kernel_gap
+    from pytest_npuprecision.common.torch_compat import kernel_gap
 
     try:
         probe()
@@ -93,7 +93,7 @@ DUMPS_MADE_WITH = (2, 13)
 def made_with_this_torch() -> pytest.MarkDecorator:
     import torch
 
-    from pytest_npuprecision.torch_compat import TORCH
+    from pytest_npuprecision.common.torch_compat import TORCH
 
     made = ".".join(map(str, DUMPS_MADE_WITH))
     return pytest.mark.skipif(TORCH != DUMPS_MADE_WITH, reason=f"the example dumps were made with torch {made}; "

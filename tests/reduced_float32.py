@@ -14,8 +14,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from pytest_npuprecision import Backend, BackendInfo
-from pytest_npuprecision.math_modes import Float32Modes, MathMode, family_of, round_mantissa
-from pytest_npuprecision.ops import base_name
+from pytest_npuprecision.common.math_modes import Float32Modes, MathMode, family_of, round_mantissa
+from pytest_npuprecision.ops.resolution import base_name
 
 
 class ReducedFloat32Cpu(Backend):

@@ -8,23 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from pytest_npuprecision.arguments import (
-    CallInputs,
-    DumpDataError,
-    DumpedDevice,
-    MalformedDescriptor,
-    TensorSpec,
-    UnsupportedDescriptor,
-    decode_call,
-    decode_grads,
-    decode_value,
-    materialize,
-    tensor_seed,
-)
-from pytest_npuprecision.dump import SkipReason, load_dump
-
 from fixtures import dump_params, fixture_dump
+
+from pytest_npuprecision.dump.arguments import CallInputs, materialize, tensor_seed
+from pytest_npuprecision.dump.descriptors import (
+    DumpDataError, DumpedDevice, MalformedDescriptor, TensorSpec, UnsupportedDescriptor, decode_call, decode_grads,
+    decode_value,
+)
+from pytest_npuprecision.dump.dump_cases import SkipReason, load_dump
+
 TENSOR_DUMPS = dump_params("mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor")
 STATISTICS_DUMPS = dump_params("mlp_statistics", "transformer_mix_statistics")
 
@@ -398,7 +390,7 @@ def test_index_roles_take_their_bound_from_the_other_arguments(tmp_path, op, arg
 
 
 def test_arguments_nested_past_any_call_are_malformed_not_a_recursion_error():
-    from pytest_npuprecision.arguments import MAX_NESTING, MalformedDescriptor, decode_value
+    from pytest_npuprecision.dump.descriptors import MAX_NESTING, MalformedDescriptor, decode_value
 
     deep = [[]]
     for _ in range(2000):
@@ -410,7 +402,7 @@ def test_arguments_nested_past_any_call_are_malformed_not_a_recursion_error():
 
 
 def test_a_message_quoting_a_huge_value_from_the_dump_stays_short():
-    from pytest_npuprecision.arguments import MAX_MESSAGE, UnsupportedDescriptor, decode_value
+    from pytest_npuprecision.dump.descriptors import MAX_MESSAGE, UnsupportedDescriptor, decode_value
 
     with pytest.raises(UnsupportedDescriptor) as refused:
         decode_value({"type": "torch.Tensor", "dtype": "x" * 50_000_000, "shape": [1]}, "input_args[0]")
@@ -419,7 +411,7 @@ def test_a_message_quoting_a_huge_value_from_the_dump_stays_short():
 
 
 def test_dtypes_msprobe_writes_as_empty_objects_come_back_from_the_recorded_output():
-    from pytest_npuprecision.arguments import decode_call
+    from pytest_npuprecision.dump.descriptors import decode_call
 
     tensor = {"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2], "Max": 1, "Min": 0, "Mean": 0.5,
               "Norm": 1, "requires_grad": False}

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import Status, check_call, judge
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.runner import run_call
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 OP = "Functional.scaled_dot_product_attention"

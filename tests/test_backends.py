@@ -18,13 +18,13 @@ from xml.etree import ElementTree
 
 import pytest
 import torch
+from fixtures import FIXTURES, fixture_dump
 
 import pytest_npuprecision
-from fixtures import FIXTURES, fixture_dump
 from pytest_npuprecision.backends import Backend, BackendError, BackendInfo, load_backend
 from pytest_npuprecision.backends.base import _cpu_name
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.runner import run_call
 
 SMALL_DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 ONLY_CPU = torch.cuda.is_available() or importlib.util.find_spec("torch_npu") is not None

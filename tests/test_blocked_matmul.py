@@ -4,13 +4,12 @@ whole float64 call, without the float64 copies of both operands beside the resul
 import pytest
 import torch
 
-from pytest_npuprecision import sides
-from pytest_npuprecision.bounds import accumulation_for
 from pytest_npuprecision.backends import Backend
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
-from pytest_npuprecision.sides import blocked_matmul, golden_for
-
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay import sides
+from pytest_npuprecision.replay.error_bounds import accumulation_for
+from pytest_npuprecision.replay.runner import run_call
+from pytest_npuprecision.replay.sides import blocked_matmul, golden_for
 
 # Blocks may sum an element's 24 terms in another order than the whole call: float64 roundoff apart.
 ROUNDOFF = dict(rtol=1e-13, atol=1e-12)
@@ -59,7 +58,7 @@ def test_a_large_matmuls_golden_and_term_norms_are_unchanged(small_blocks, monke
     blocked = run_call(resolve("Torch.matmul"), (a, b), device="cpu")
     calls = []
     monkeypatch.setattr(sides, "blocked_matmul", lambda *args, **kwargs: calls.append(args) or None)
-    monkeypatch.setattr("pytest_npuprecision.bounds.blocked_matmul", lambda *args, **kwargs: None)
+    monkeypatch.setattr("pytest_npuprecision.replay.error_bounds.blocked_matmul", lambda *args, **kwargs: None)
     whole = run_call(resolve("Torch.matmul"), (a, b), device="cpu")
     assert calls  # the whole run went past the blocks
     (out_blocked,), (out_whole,) = blocked.outputs, whole.outputs

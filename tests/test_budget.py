@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from pytest_npuprecision.arguments import decode_call
-from pytest_npuprecision.budget import case_bytes, factory_elements
-from pytest_npuprecision.cases import CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.checks.dump_case import CaseSkipped, Settings, run_case
+from pytest_npuprecision.dump.descriptors import decode_call
+from pytest_npuprecision.dump.dump_cases import load_dump
+from pytest_npuprecision.replay.memory_budget import case_bytes, factory_elements
 
 
 def integer(value):

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import capture
-from pytest_npuprecision.cases import Settings, run_case
-from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
 
 
 def _conv_bias_gradients(seed: int, folder: Path) -> dict:

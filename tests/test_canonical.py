@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from pytest_npuprecision.canonical import aligned
-from pytest_npuprecision.runner import RunOutput
+from pytest_npuprecision.replay.runner import RunOutput
+from pytest_npuprecision.replay.sign_alignment import aligned
 
 
 def _outputs(actual, golden) -> list[RunOutput]:

@@ -80,6 +80,6 @@ def test_an_unknown_name_is_a_value_error():
     (torch.Tensor.add, "Tensor.add"),
 ])
 def test_a_torch_function_is_judged_by_its_table_row(function, name):
-    from pytest_npuprecision.check import _resolved
+    from pytest_npuprecision.checks.one_call import _resolved
 
     assert _resolved(function).api_name == name

@@ -2,7 +2,7 @@
 
 Rules YAML, known failures and recorded baselines go through one reader (config_files) that refuses
 FIFOs, folders, huge files, alias bombs, deep nesting and bytes that are not UTF-8, then one schema
-layer (schemas.py, pydantic) whose messages read ``FILE: key.path: problem`` (issue 18).
+layer (config/schemas.py, pydantic) whose messages read ``FILE: key.path: problem`` (issue 18).
 """
 
 import json
@@ -14,10 +14,10 @@ from importlib import resources
 
 import pytest
 import torch
-
 from fixtures import FIXTURES
-from pytest_npuprecision.config_files import MAX_BYTES, load_yaml, validate
-from pytest_npuprecision.rules import OpRule, Rules
+
+from pytest_npuprecision.config.files import MAX_BYTES, load_yaml, validate
+from pytest_npuprecision.precision.rules import OpRule, Rules
 
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 BOMB = "\n".join(["a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [
@@ -207,11 +207,12 @@ def test_report_and_record_paths_of_the_wrong_kind_are_usage_errors(pytester):
 
 
 def test_the_shipped_tables_are_valid_rules_files():
-    from pytest_npuprecision.schemas import rules_file
+    from pytest_npuprecision.precision.rules import schema_vocabulary
+    from pytest_npuprecision.precision.rules_schema import rules_file
 
     data = resources.files("pytest_npuprecision") / "data"
     for name in ("thresholds.yaml", "ops.yaml"):
-        validate(rules_file(), load_yaml(data / name, "table"), name)
+        validate(rules_file(schema_vocabulary()), load_yaml(data / name, "table"), name)
 
 
 def test_a_per_dtype_entry_under_a_flat_standard_overrides_only_that_dtype(tmp_path):

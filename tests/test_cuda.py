@@ -13,12 +13,12 @@ import time
 
 import pytest
 import torch
-
 from fixtures import FIXTURES, fixture_dump
+
 from pytest_npuprecision import judge
 from pytest_npuprecision.backends import Backend, BackendError, CudaBackend, load_backend
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.runner import run_call
 
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
                                   reason="needs an NVIDIA GPU: torch.cuda.is_available() is False")

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from pytest_npuprecision import Accumulation, judge, render_message
-from pytest_npuprecision.docs_links import (GATE_SECTION, ROUNDING_SECTION, STANDARDS_PAGE, failure_sections,
-                                           standard_section)
-from pytest_npuprecision.rules import STANDARD_NAMES
+from pytest_npuprecision.precision.meanings import (
+    GATE_SECTION, ROUNDING_SECTION, STANDARDS_PAGE, failure_sections, standard_section,
+)
+from pytest_npuprecision.precision.rules import STANDARD_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -115,7 +116,7 @@ def test_a_leaning_rounding_alone_links_its_gate_only():
 
 
 def test_the_html_report_links_a_failing_case_to_its_standard():
-    from pytest_npuprecision.html_report import Gating, render
+    from pytest_npuprecision.reports.html import Gating, render
 
     check = {"metric": "max_bound_ratio", "value": 41.0, "limit": 8.0, "status": "error", "upper": True,
              "warning": None, "baseline": None}

@@ -5,12 +5,10 @@ import zlib
 from collections import Counter
 
 import pytest
-
-from pytest_npuprecision.dump import SkipReason, load_dump
-from pytest_npuprecision.dump_paths import find_dump_files
-
 from fixtures import DUMP_FOLDERS, FIXTURES, fixture_dump, needs_dumps
 
+from pytest_npuprecision.dump.dump_cases import SkipReason, load_dump
+from pytest_npuprecision.dump.locations import find_dump_files
 
 # ---------------------------------------------------------------- finding
 

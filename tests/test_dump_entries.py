@@ -5,13 +5,14 @@ import json
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pytest_npuprecision import dump as dump_module
-from pytest_npuprecision import dump_entries
-from pytest_npuprecision.cases import CaseInputError, Settings, run_case
-from pytest_npuprecision.dump import SkipReason, load_dump
-from pytest_npuprecision.dump_entries import EntryUnreadable, SpanEntry
+from pytest_npuprecision.checks.dump_case import CaseInputError, Settings, run_case
+from pytest_npuprecision.dump import dump_cases as dump_module
+from pytest_npuprecision.dump import entries as dump_entries
+from pytest_npuprecision.dump.dump_cases import SkipReason, load_dump
+from pytest_npuprecision.dump.entries import EntryUnreadable, SpanEntry
 
 
 def tensor(**overrides):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_npuprecision import error_data
-from pytest_npuprecision.html_report import MAX_PLOTTED
+from pytest_npuprecision.checks import error_data
+from pytest_npuprecision.reports.html import MAX_PLOTTED
 
 DEFECTS = Path(__file__).resolve().parents[1] / "examples" / "dumps" / "npu_llm_defects_tensor"
 

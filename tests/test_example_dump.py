@@ -300,9 +300,9 @@ def test_statistics_dump_has_no_files_and_the_tensor_dumps_numbers():
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_the_dump_reader_parses_every_entry(name):
-    dump_module = pytest.importorskip("pytest_npuprecision.dump")
+    dump_module = pytest.importorskip("pytest_npuprecision.dump.dump_cases")
     if not hasattr(dump_module, "load_dump"):
-        pytest.skip("pytest_npuprecision.dump has no load_dump")
+        pytest.skip("pytest_npuprecision.dump.dump_cases has no load_dump")
     document = load(name)
     parsed = dump_module.load_dump(dump_path(name))
     assert parsed.error is None

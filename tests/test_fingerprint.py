@@ -8,8 +8,9 @@ import hashlib
 import pytest
 import torch
 
-from pytest_npuprecision.arguments import CallInputs, DumpedDevice
-from pytest_npuprecision.fingerprint import fingerprint, update_with_tensor
+from pytest_npuprecision.dump.arguments import CallInputs
+from pytest_npuprecision.dump.descriptors import DumpedDevice
+from pytest_npuprecision.dump.fingerprint import fingerprint, update_with_tensor
 from pytest_npuprecision.opcases.regression import regression_name
 from pytest_npuprecision.opcases.spec import Call, OpCase
 

@@ -11,11 +11,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fused_checks import assert_rel_close
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fused_checks import assert_rel_close
-from pytest_npuprecision.fused import RandomFusedCall, fused_op
-from pytest_npuprecision.fused import attention
+from pytest_npuprecision.ops.fused import RandomFusedCall, attention, fused_op
 
 fusion_attention = fused_op("npu_fusion_attention").reference
 fusion_attention_grad = fused_op("npu_fusion_attention_grad").reference

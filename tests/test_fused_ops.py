@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fused_checks import assert_rel_close
-from pytest_npuprecision.fused import FUSED_OPS, FusedOp, fused_op
+
+from pytest_npuprecision.ops.fused import FUSED_OPS, FusedOp, fused_op
 
 
 def ref(name):

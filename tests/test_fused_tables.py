@@ -8,8 +8,8 @@ import torch
 import yaml
 
 import pytest_npuprecision
-from pytest_npuprecision.accumulation import ACCUMULATION_RULES
-from pytest_npuprecision.fused import FUSED_OPS
+from pytest_npuprecision.bounds.accumulation import ACCUMULATION_RULES
+from pytest_npuprecision.ops.fused import FUSED_OPS
 
 TABLE = yaml.safe_load((Path(pytest_npuprecision.__file__).parent / "data" / "ops.yaml").read_text())
 
@@ -43,7 +43,7 @@ def test_the_docs_table_lists_every_reference_with_its_standard_and_gaps():
     op, its standard as the tables judge it, and what it does not support."""
     from pathlib import Path
 
-    from pytest_npuprecision.rules import Rules, parse_op_name
+    from pytest_npuprecision.precision.rules import Rules, parse_op_name
 
     page = Path(__file__).resolve().parents[1] / "docs" / "generated" / "fused-ops.md"
     section = page.read_text(encoding="utf-8").split("# Ascend fused ops table", 1)[1]

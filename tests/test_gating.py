@@ -12,9 +12,9 @@ import json
 import shutil
 
 import pytest
-
 from fixtures import FIXTURES, needs_dumps
-from pytest_npuprecision.known_failures import REASON_PLACEHOLDER
+
+from pytest_npuprecision.reports.known_failures import REASON_PLACEHOLDER
 
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 pytestmark = needs_dumps(DUMP)
@@ -242,7 +242,7 @@ def test_warnings_show_in_the_summary_and_fail_only_when_strict(pytester):
 
 
 def test_harness_errors_fail_the_run_and_are_counted(pytester, monkeypatch):
-    import pytest_npuprecision.collecting as plugin
+    import pytest_npuprecision.plugin.collecting as plugin
 
     real = plugin.run_case
 

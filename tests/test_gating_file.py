@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from pytest_npuprecision.known_failures import (AcceptedCheck, KnownFailure, dump, entry_from_record, load,
-                                                regressions, updated)
-from pytest_npuprecision.summary import excess
+from pytest_npuprecision.reports.known_failures import (
+    AcceptedCheck, KnownFailure, dump, entry_from_record, load, regressions, updated,
+)
+from pytest_npuprecision.reports.summary import excess
 
 
 @pytest.mark.parametrize("value, limit, upper, expected", [

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pytest_npuprecision import check_call, register_op
-from pytest_npuprecision.opcases import registry
-from pytest_npuprecision.runner import GoldenNotWide
+from pytest_npuprecision.ops import registry
+from pytest_npuprecision.replay.runner import GoldenNotWide
 
 
 def half_running_sum_matmul(a, b):

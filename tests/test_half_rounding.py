@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from benchmarks.defect_kernels import toward_zero
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.torch_compat import optional
-from pytest_npuprecision.accumulation import rounded_once_in_half
-from pytest_npuprecision.metrics import LEAN_ROWS
+from pytest_npuprecision.bounds.accumulation import rounded_once_in_half
+from pytest_npuprecision.common.torch_compat import optional
+from pytest_npuprecision.precision.row_statistics import LEAN_ROWS
 
 HALF = [torch.float16, torch.bfloat16]
 

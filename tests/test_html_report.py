@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures import FIXTURES, fixture_dump
-from pytest_npuprecision import svg_plots
-from pytest_npuprecision.error_profile import FIRST_EXPONENT, error_profile
+
+from pytest_npuprecision.precision.error_profile import FIRST_EXPONENT, error_profile
+from pytest_npuprecision.reports import svg_plots
 
 DUMP = FIXTURES / "transformer_bf16_tensor" / "step0"
 # Planted failures: limits the bfloat16 linear layers cannot meet; warnings on gelu (judged in ULP) and softmax.
@@ -199,8 +199,8 @@ def test_the_page_opens_in_a_headless_browser_without_errors(pytester, tmp_path)
 
 
 def test_the_report_has_a_legend_of_the_metrics_it_shows():
-    from pytest_npuprecision.html_report import Gating, render
-    from pytest_npuprecision.report import new_record
+    from pytest_npuprecision.reports.html import Gating, render
+    from pytest_npuprecision.reports.report_files import new_record
 
     record = new_record(kind="dump", case_id="step0/rank0::Functional.gelu.0.forward", key="Functional.gelu.0.forward",
                         api="Functional.gelu.0", direction="forward", order=0, location="step0/rank0", source="",

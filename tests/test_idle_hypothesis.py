@@ -1,5 +1,5 @@
 """Hypothesis's pytest plugin imports Hypothesis at the end of every run; where Hypothesis never ran
-and its summary has nothing to print, the plugin is set aside first (idle_hypothesis.py)."""
+and its summary has nothing to print, the plugin is set aside first (plugin/idle_hypothesis.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
 from fixtures import fixture_dump
-from pytest_npuprecision import idle_hypothesis
+
+from pytest_npuprecision.plugin import idle_hypothesis
 
 PROBE = '''
 import sys

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.accumulation import ACCUMULATION_RULES
+from pytest_npuprecision.bounds.accumulation import ACCUMULATION_RULES
 
 CALLS = {
     "bicubic, align_corners": ((2, 3, 4, 5), dict(size=(3, 4), mode="bicubic", align_corners=True)),

@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from reduced_float32 import ReducedFloat32Cpu
 
 from pytest_npuprecision import Backend, check_call
 from pytest_npuprecision.backends import DumpedOutputs
 from pytest_npuprecision.backends.cuda import process_modes
-from pytest_npuprecision.backends.npu import hf32_off, hf32_modes
-from pytest_npuprecision.math_modes import IEEE, Float32Modes, declared_modes, family_of, round_mantissa
-from pytest_npuprecision.verdict import Status
-
-from reduced_float32 import ReducedFloat32Cpu
+from pytest_npuprecision.backends.npu import hf32_modes, hf32_off
+from pytest_npuprecision.common.math_modes import IEEE, Float32Modes, declared_modes, family_of, round_mantissa
+from pytest_npuprecision.precision.verdict import Status
 
 REPO = Path(__file__).resolve().parents[1]
 CNN_DUMP = REPO / "examples" / "cnn_float32_tensor"

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from pytest_npuprecision.metrics import Accumulation, compute_metrics
-from pytest_npuprecision.rules import Rules
+from pytest_npuprecision.precision.measuring import compute_metrics
+from pytest_npuprecision.precision.metrics import Accumulation
+from pytest_npuprecision.precision.rules import Rules
 
 RULES = Rules.default()
 FLOATS = [torch.float16, torch.bfloat16, torch.float32]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-
 from faulty_backend import Fault, FaultyBackend
+
 from pytest_npuprecision import Status, capture
-from pytest_npuprecision.cases import Settings, run_case
-from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
 
 API = "Functional.multi_head_attention_forward"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_npuprecision import namesakes
-from pytest_npuprecision.namesakes import NoSingleNamesake
-from pytest_npuprecision.ops import choose_namesake, resolve
+from pytest_npuprecision.ops import namesakes
+from pytest_npuprecision.ops.namesakes import NoSingleNamesake
+from pytest_npuprecision.ops.resolution import choose_namesake, resolve
 
 LINALG = torch.linalg
 
@@ -97,7 +97,7 @@ def test_signatures_come_from_torch_and_keep_keyword_only_arguments():
 
 
 def test_check_call_takes_the_namesake_its_arguments_name():
-    from pytest_npuprecision.check import check_call
+    from pytest_npuprecision.checks.one_call import check_call
 
     verdict = check_call("Torch.svd", A.float(), full_matrices=False)  # torch.svd has no full_matrices
     assert verdict.status.value == "pass"

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.judging import judge
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
-from pytest_npuprecision.verdict import Status
+from pytest_npuprecision.checks.judging import judge
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.precision.verdict import Status
+from pytest_npuprecision.replay.runner import run_call
 
 
 def _verdicts(api, args, kwargs, requires_grad, device_op=None):

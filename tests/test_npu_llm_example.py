@@ -63,7 +63,7 @@ def test_attention_summed_in_bfloat16_does_not_hide_in_the_second_look(pytester,
     # rounding into (AMPLIFIED times the inputs' roundoff) may be excused, and these are not.
     key = "NPU.npu_fusion_attention.0.forward"
     assert offline(pytester, "npu_llm_defects_tensor")[key]["status"] == "error"
-    from pytest_npuprecision import perturbed
+    from pytest_npuprecision.replay import perturbed
 
     monkeypatch.setattr(perturbed, "AMPLIFIED", 0.0)
     loose = offline(pytester, "npu_llm_defects_tensor")[key]
@@ -71,7 +71,7 @@ def test_attention_summed_in_bfloat16_does_not_hide_in_the_second_look(pytester,
 
 
 def test_the_references_are_the_golden_of_npu_ops_without_torch_npu():
-    from pytest_npuprecision.ops import resolve
+    from pytest_npuprecision.ops.resolution import resolve
 
     op = resolve("NPU.npu_fusion_attention")
     assert op.func is None and op.reference is not None

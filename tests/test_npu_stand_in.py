@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures import FIXTURES, fixture_dump
+
 from pytest_npuprecision.backends import Backend, auto_backend
 
 STAND_IN = Path(__file__).parent / "stand_in_torch_npu"
@@ -73,8 +73,8 @@ def test_a_torch_npu_that_fails_to_import_is_a_usage_error_naming_it_and_the_fix
 ADAPTER_CHECKS = r"""
 import json, os, torch
 from pytest_npuprecision.backends import BackendError, auto_backend, load_backend
-from pytest_npuprecision.run_facts import RunFacts
-from pytest_npuprecision.cases import Settings
+from pytest_npuprecision.reports.run_facts import RunFacts
+from pytest_npuprecision.checks.dump_case import Settings
 
 def env(**values):
     for name, value in values.items():

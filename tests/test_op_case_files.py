@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from pytest_npuprecision.config_files import MAX_BYTES
+from pytest_npuprecision.config.files import MAX_BYTES
 from pytest_npuprecision.opcases.schema import load_case_file
 from pytest_npuprecision.opcases.spec import BrokenCase, OpCase
 

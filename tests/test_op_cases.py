@@ -14,15 +14,15 @@ import torch.nn.functional as F
 
 from pytest_npuprecision import register_op, unregister_op
 from pytest_npuprecision.backends import Backend
-from pytest_npuprecision.cases import Settings, run_case
-from pytest_npuprecision.opcases import registry
+from pytest_npuprecision.checks.dump_case import Settings, run_case
 from pytest_npuprecision.opcases.message import render_outcome
-from pytest_npuprecision.opcases.plugin import check_and_keep
 from pytest_npuprecision.opcases.schema import load_case_file
 from pytest_npuprecision.opcases.search import PROFILES, OpCaseSettings, check_case, hypothesis_settings_for
 from pytest_npuprecision.opcases.spec import OpCase, TensorSpec
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops import registry
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.plugin.op_case_items import check_and_keep
+from pytest_npuprecision.replay.runner import run_call
 
 CPU = torch.device("cpu")
 
@@ -366,7 +366,7 @@ def test_a_failure_that_stays_near_its_limit_is_reported_unshrunk_with_its_margi
 
 
 def test_precision_case_takes_the_yaml_fields_roundings_included():
-    from pytest_npuprecision.opcases.plugin import precision_case
+    from pytest_npuprecision.plugin.op_case_items import precision_case
 
     test = precision_case("Functional.gelu", dtypes=["float32"], roundings=2, reason="tanh form rounds twice")(
         lambda draw, dtype: ())

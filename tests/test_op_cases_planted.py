@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from pytest_npuprecision.opcases import registry
-from pytest_npuprecision.ops import resolve
+from pytest_npuprecision.ops import registry
+from pytest_npuprecision.ops.resolution import resolve
 
 CONFTEST = '''
 """Five custom ops, each with a planted bug unless PLANTED_OPS=fixed."""
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import register_op
-from pytest_npuprecision.torch_compat import rms_norm
+from pytest_npuprecision.common.torch_compat import rms_norm
 
 FIXED = os.environ.get("PLANTED_OPS") == "fixed"
 

@@ -3,12 +3,12 @@ defects in the same ops that must still fail.
 
 The inputs are the full OpInfo run's own (tests/data/opinfo/round3/inputs.pt, from msprobe's dumps):
 - tensordot whose contracted dims of 1 meet dims of 2: four products, and torch sums the longer
-  operand over those dims first, rounded (accumulation.py's length, ops.yaml's roundings);
+  operand over those dims first, rounded (bounds/accumulation.py's length, ops.yaml's roundings);
 - binary_cross_entropy_with_logits and multilabel_soft_margin_loss, composed op by op in the
   dtype: each element's loss rounds before the mean (ops.yaml's roundings);
 - local_response_norm, whose denominator rounds at each of its four steps (ops.yaml's roundings);
-- logsumexp's gradient g exp(x - out), which reads the rounded out (softmax_terms.py);
-- cosine_similarity's gradient, whose two autograd paths cancel (composite_terms.py).
+- logsumexp's gradient g exp(x - out), which reads the rounded out (bounds/softmax_terms.py);
+- cosine_similarity's gradient, whose two autograd paths cancel (bounds/composite_terms.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_npuprecision.judging import judge
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
-from pytest_npuprecision.verdict import Status
+from pytest_npuprecision.checks.judging import judge
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.precision.verdict import Status
+from pytest_npuprecision.replay.runner import run_call
 
 _LOADED = torch.load(Path(__file__).resolve().parent / "data" / "opinfo" / "round3" / "inputs.pt", weights_only=True)
 SAMPLES, REAL = _LOADED["fair"], _LOADED["real"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.ops import ResolvedOp, base_name, resolve
+from pytest_npuprecision.ops.resolution import ResolvedOp, base_name, resolve
 
 # Every API kind that appears in the seven fixture dumps, plus the other prefixes.
 FIXTURE_OPS = [
@@ -147,7 +147,7 @@ def test_only_operators_resolve(api, reason):
 
 
 def test_tensor_type_refuses_a_name_that_is_not_a_tensor_type():
-    from pytest_npuprecision.allowlist import unsafe_argument
+    from pytest_npuprecision.ops.allowlist import unsafe_argument
 
     assert unsafe_argument("type", ("os.system",), {}) is not None
     assert unsafe_argument("type", (), {"dtype": "builtins.exec"}) is not None

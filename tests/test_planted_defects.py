@@ -10,9 +10,9 @@ import math
 
 import pytest
 import torch
-
 from clean_ops import CLEAN_OPS, DTYPES, OpSpec, evaluate, spread
 from defects import OUTPUT_DEFECTS, gelu_tanh, low_precision_matmul, saturate, sequential_sum
+
 from pytest_npuprecision import Accumulation, Status, input_spread, judge, render_message
 
 FLOAT_OPS = [spec for spec in CLEAN_OPS if spec.name != "argmax"]
@@ -58,7 +58,7 @@ def _judge(spec, dtype, defect, baseline: bool, second_look: bool = False):
 
 
 # With the second look, a failing output is judged again against the spread that rounding its inputs
-# causes (second_look.py): no planted defect may hide in it.
+# causes (precision/second_look.py): no planted defect may hide in it.
 @pytest.mark.parametrize("second_look", [False, True], ids=["", "second-look"])
 @pytest.mark.parametrize("spec, dtype, defect", list(_cases(with_blind_spots=False)))
 def test_defect_fails_without_a_baseline(spec, dtype, defect, second_look):

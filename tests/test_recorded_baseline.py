@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures import FIXTURES, fixture_dump, needs_dumps
+
 from pytest_npuprecision.backends import Backend
-from pytest_npuprecision.fingerprint import fingerprint
-from pytest_npuprecision.arguments import CallInputs
+from pytest_npuprecision.dump.arguments import CallInputs
+from pytest_npuprecision.dump.fingerprint import fingerprint
 
 DUMP = FIXTURES / "mlp_tensor"  # two steps, 46 cases, every one judged
 pytestmark = needs_dumps(DUMP)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from faulty_backend import Fault, FaultyBackend
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from faulty_backend import Fault, FaultyBackend
 from pytest_npuprecision import Status, capture
-from pytest_npuprecision.cases import Settings, run_case
-from pytest_npuprecision.dump import load_dump
+from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.dump.dump_cases import load_dump
 
 
 def _lstm(steps):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from defects import bias_32_eps, noise_64_ulp
+
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.torch_compat import optional
+from pytest_npuprecision.common.torch_compat import optional
 
 F = torch.nn.functional
 NORMALIZED = object()  # the op takes normalized_shape=(K,)

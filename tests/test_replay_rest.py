@@ -10,12 +10,11 @@ import itertools
 import json
 from pathlib import Path
 
-
 import torch
 from fixtures import judged_here
 
-from pytest_npuprecision import random_ops
-from pytest_npuprecision.fingerprint import update_with_tensor
+from pytest_npuprecision.dump import random_ops
+from pytest_npuprecision.dump.fingerprint import update_with_tensor
 
 DUMPS = Path(__file__).resolve().parent / "data" / "replay"
 _reports = (f"report_{i}" for i in itertools.count())
@@ -161,8 +160,8 @@ def test_arguments_that_do_not_bind_blame_the_replay_not_the_dump(pytester):
 
 
 def test_ops_whose_result_is_uninitialized_memory_skip_as_random():
-    from pytest_npuprecision.arguments import DecodedCall
-    from pytest_npuprecision.random_ops import random_reason
+    from pytest_npuprecision.dump.descriptors import DecodedCall
+    from pytest_npuprecision.dump.random_ops import random_reason
 
     for name in ("Tensor.resize_", "Torch.resize_as_", "Torch.empty_like", "Tensor.new_empty"):
         assert random_reason(name, DecodedCall((), {})) == "its result is uninitialized memory", name

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.accumulation import rounded_once
-from pytest_npuprecision.metrics import Metrics
-from pytest_npuprecision.standards import ROUNDING_BIAS
+from pytest_npuprecision.bounds.accumulation import rounded_once
+from pytest_npuprecision.precision.metrics import Metrics
+from pytest_npuprecision.precision.standards import ROUNDING_BIAS
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import judge, render_message
-from pytest_npuprecision.ops import ResolvedOp, resolve
-from pytest_npuprecision.runner import OpExecutionError, RunResult, default_device, run_call
+from pytest_npuprecision.ops.resolution import ResolvedOp, resolve
+from pytest_npuprecision.replay.runner import OpExecutionError, RunResult, default_device, run_call
 
 CPU = torch.device("cpu")
 from fixtures import FIXTURES

@@ -1,7 +1,7 @@
 """The second look: fair kernels on ill-conditioned inputs pass, planted defects at the same inputs fail.
 
 A failing output without a baseline is judged again against how far the float64 result moves when
-its inputs move by their dtype's rounding (second_look.py, perturbed.py). Each fair example below
+its inputs move by their dtype's rounding (precision/second_look.py, replay/perturbed.py). Each fair example below
 fails the first look: the op amplifies rounding there more than the standards' bounds know.
 """
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from pytest_npuprecision import Status, check_call, input_spread, judge, render_message
-from pytest_npuprecision.check import _resolved
-from pytest_npuprecision.runner import run_call
-from pytest_npuprecision.second_look import MULTIPLE, widened
+from pytest_npuprecision.checks.one_call import _resolved
+from pytest_npuprecision.precision.second_look import MULTIPLE, widened
+from pytest_npuprecision.replay.runner import run_call
 
 
 def _generator() -> torch.Generator:

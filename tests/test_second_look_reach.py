@@ -1,6 +1,6 @@
 """Where the second look may not excuse, and a chain of sums bounded by its own lengths.
 
-The second look (second_look.py) excuses an error within a few spreads: how far the float64 result
+The second look (precision/second_look.py) excuses an error within a few spreads: how far the float64 result
 moves when the inputs move by a rounding. That rounding must be one a fair kernel makes. An add of
 two tensors rounds only its exact result, so no input rounding explains its error however far the
 sum cancels; a half-precision sum, softmax or gelu that a fair kernel computes in float32 rounds
@@ -15,11 +15,11 @@ import torch
 
 from benchmarks.defect_kernels import OPS, toward_zero
 from pytest_npuprecision import Status, input_spread, judge, render_message
-from pytest_npuprecision.accumulation import exactly_rounded
-from pytest_npuprecision.bounds import accumulation_for
-from pytest_npuprecision.check import _resolved
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.bounds.accumulation import exactly_rounded
+from pytest_npuprecision.checks.one_call import _resolved
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.error_bounds import accumulation_for
+from pytest_npuprecision.replay.runner import run_call
 
 F = torch.nn.functional
 

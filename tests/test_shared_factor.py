@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import Accumulation, Status, judge, render_message
-from pytest_npuprecision.metrics import compute_metrics
-from pytest_npuprecision.rules import Rules
+from pytest_npuprecision.precision.measuring import compute_metrics
+from pytest_npuprecision.precision.rules import Rules
 
 HALF = [torch.float16, torch.bfloat16]
 

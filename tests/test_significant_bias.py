@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from pytest_npuprecision import Status, check_call, judge, render_message
-from pytest_npuprecision.torch_compat import optional
-from pytest_npuprecision.metrics import Metrics, Repetition, _repetition, element_index
-from pytest_npuprecision.metrics import _alike_rows as row_repetition
+from pytest_npuprecision.common.torch_compat import optional
+from pytest_npuprecision.precision.metrics import Metrics, Repetition, element_index
+from pytest_npuprecision.precision.row_statistics import alike_rows as row_repetition
+from pytest_npuprecision.precision.row_statistics import repetition_of
 
 F = torch.nn.functional
 EPS32 = torch.finfo(torch.float32).eps
@@ -116,14 +117,14 @@ def test_alike_rows_do_not_count_as_many_samples(name, dtype, k, kind, threads):
 
 
 def test_repetition_counts_distinct_values_of_the_golden():
-    assert _repetition(torch.randn(1 << 16, dtype=torch.float64), "cpu", torch.float64) is None
-    constant = _repetition(torch.full((1 << 16,), 0.1, dtype=torch.float64), "cpu", torch.float64)
+    assert repetition_of(torch.randn(1 << 16, dtype=torch.float64), "cpu", torch.float64) is None
+    constant = repetition_of(torch.full((1 << 16,), 0.1, dtype=torch.float64), "cpu", torch.float64)
     assert constant == Repetition(4096.0, 1) and constant.independent(1 << 16) == 1
     # bfloat16 inputs hold a few hundred values: a function of them repeats as often
-    quantized = _repetition(torch.randn(1 << 16).to(torch.bfloat16).double().exp(), "cpu", torch.float64)
+    quantized = repetition_of(torch.randn(1 << 16).to(torch.bfloat16).double().exp(), "cpu", torch.float64)
     assert quantized is not None and 100 < quantized.distinct < 2000
     # zeros are exact more often than repeated work: a ReLU's half of zeros is no repetition
-    relu = _repetition(torch.randn(1 << 16, dtype=torch.float64).clamp(min=0), "cpu", torch.float64)
+    relu = repetition_of(torch.randn(1 << 16, dtype=torch.float64).clamp(min=0), "cpu", torch.float64)
     assert relu is None
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pytest_npuprecision import Status, check_call, judge
-from pytest_npuprecision.ops import resolve
-from pytest_npuprecision.runner import run_call
+from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay.runner import run_call
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SPREADS = (1, 4, 20)  # the scores' standard deviation: 20 makes rows nearly one-hot

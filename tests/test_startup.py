@@ -38,13 +38,13 @@ def test_an_op_case_file_puts_the_plugin_in_play(tmp_path):
 
 def test_the_profile_names_are_the_searchs_profiles():
     from pytest_npuprecision.opcases.search import PROFILES
-    from pytest_npuprecision.options import PROFILE_NAMES
+    from pytest_npuprecision.plugin.options import PROFILE_NAMES
 
     assert sorted(PROFILE_NAMES) == sorted(PROFILES)
 
 
 def test_xdist_workers_share_the_cores_unless_the_user_chose(monkeypatch):
-    from pytest_npuprecision import threads
+    from pytest_npuprecision.replay import threads
 
     monkeypatch.setattr(threads, "available_cores", lambda: 8)
     assert threads.thread_policy(2, {}) == threads.ThreadPolicy(4, "cores // workers")
@@ -57,7 +57,8 @@ def test_run_json_says_how_many_threads_each_worker_ran_with(pytester):
     import json
 
     from fixtures import fixture_dump
-    from pytest_npuprecision.threads import available_cores
+
+    from pytest_npuprecision.replay.threads import available_cores
 
     result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_tensor")), "-n", "2",
                                 "--npu-precision-report", "r", "-p", "no:cacheprovider")

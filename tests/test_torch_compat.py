@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from pytest_npuprecision import torch_compat
-from pytest_npuprecision.capturing.naming import api_name
 from fixtures import FIXTURES, needs_dumps
+
+from pytest_npuprecision.capturing.naming import api_name
+from pytest_npuprecision.common import torch_compat
 
 HALF = [torch.float16, torch.bfloat16]
 

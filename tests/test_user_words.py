@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from fixtures import fixture_dump
 from test_real_model_cases import DumpWriter
 
@@ -52,4 +51,4 @@ def test_a_judged_dtype_warning_points_at_the_users_dump_and_the_docs(pytester):
     out = result.stdout.str()
     assert ("  dump/step0/rank0/dump.json:0: JudgedDtypeWarning: step0/rank0::Functional.gelu.0.forward: "
             "output.0 is judged") in out
-    assert "docs/real-models.md" in out and "collecting.py" not in out
+    assert "docs/real-models.md" in out and "plugin/collecting.py" not in out

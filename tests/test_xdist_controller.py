@@ -11,14 +11,14 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fixtures import fixture_dump
 from test_real_model_cases import DumpWriter
+
 from pytest_npuprecision.backends import auto_backend
-from pytest_npuprecision.cases import Settings
+from pytest_npuprecision.checks.dump_case import Settings
 
 # Writes what the controller has imported once its reports are written, and again after its summary
-# (where Hypothesis's own plugin would import Hypothesis: idle_hypothesis.py).
+# (where Hypothesis's own plugin would import Hypothesis: plugin/idle_hypothesis.py).
 PROBE = '''
 import sys
 from pathlib import Path

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..math_modes import IEEE, Float32Modes, half_products, tf32
-from ..torch_compat import fp32_precision
+from ..common.math_modes import IEEE, Float32Modes, half_products, tf32
+from ..common.torch_compat import fp32_precision
 
 
 class BackendError(RuntimeError):

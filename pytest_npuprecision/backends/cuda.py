@@ -13,8 +13,8 @@ from typing import Iterator
 
 import torch
 
-from ..math_modes import IEEE, Float32Modes, tf32
-from ..torch_compat import fp32_precision
+from ..common.math_modes import IEEE, Float32Modes, tf32
+from ..common.torch_compat import fp32_precision
 from .base import Backend, BackendError, BackendInfo, deterministic, switched
 
 

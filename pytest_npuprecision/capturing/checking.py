@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cases import CaseInputError, CaseSkipped, Settings, run_case
-from ..dump import load_dump
-from ..verdict import Status, render_message
+from ..checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from ..dump.dump_cases import load_dump
+from ..precision.verdict import Status, render_message
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..cases import Settings
-from ..shown_text import folder_name
+from ..checks.dump_case import Settings
+from ..common.shown_text import folder_name
 from .checking import DumpCheck, check_dump
 from .recorder import capture
 

@@ -23,13 +23,13 @@ from typing import Any, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..torch_compat import is_compiling
-from ..warning_types import CaptureGapWarning
-from ..ops import is_inplace
+from ..common.torch_compat import is_compiling
+from ..common.warning_types import CaptureGapWarning
+from ..ops.resolution import is_inplace
 from .called import as_called
 from .describe import TensorSink, describe
 from .naming import api_name, caller_frame
-from .selection import Selection, ScopeWindow
+from .selection import ScopeWindow, Selection
 from .writer import DumpWriter
 
 TASKS = ("tensor", "statistics")

@@ -14,8 +14,8 @@ import torch
 from hypothesis import strategies as st
 
 from .. import strategies as nst
-from ..torch_compat import load_tensors
-from .spec import Call, FromFile, Fixed, InputSpec, OneOf, OpCase, TensorSpec
+from ..common.torch_compat import load_tensors
+from .spec import Call, Fixed, FromFile, InputSpec, OneOf, OpCase, TensorSpec
 
 
 class CaseInputError(ValueError):

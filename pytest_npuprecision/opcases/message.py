@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..cases import baseline_label
-from ..summary import STRICT_WARNINGS_NOTE
-from ..verdict import Status, render_message
+from ..checks.dump_case import baseline_label
+from ..precision.verdict import Status, render_message
+from ..reports.summary import STRICT_WARNINGS_NOTE
 from .run import case_seed
 from .search import OpCaseSettings, Outcome
 from .spec import Call, dtype_name

@@ -16,18 +16,18 @@ from typing import Any, Callable
 import torch
 
 from ..backends import Backend
-from ..cases import OutputVerdict
-from ..error_profile import error_profile
-from ..judging import judge
-from ..math_modes import DEFAULT_POLICY
-from ..metrics import Accumulation
-from ..ops import ResolvedOp, resolve
-from ..rules import Rules
-from ..summary import excess, failing_outputs
-from ..runner import GoldenNotWide, OpExecutionError, run_call
-from ..torch_compat import missing_kernel, newer_op
-from ..verdict import Check, Status, Verdict
-from .registry import CustomOp, entry_point_errors, registered_op
+from ..checks.dump_case import OutputVerdict
+from ..checks.judging import judge
+from ..common.math_modes import DEFAULT_POLICY
+from ..common.torch_compat import missing_kernel, newer_op
+from ..ops.registry import CustomOp, entry_point_errors, registered_op
+from ..ops.resolution import ResolvedOp, resolve
+from ..precision.error_profile import error_profile
+from ..precision.metrics import Accumulation
+from ..precision.rules import Rules
+from ..precision.verdict import Check, Status, Verdict
+from ..replay.runner import GoldenNotWide, OpExecutionError, run_call
+from ..reports.summary import excess, failing_outputs
 from .schema import SchemaError
 from .spec import Call, OpCase, op_label
 

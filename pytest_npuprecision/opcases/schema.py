@@ -13,11 +13,11 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..config_files import MAX_BYTES, ConfigError, first_problem, load_yaml
-from ..dtypes import parse_dtype
-from ..rules import MAX_ROUNDINGS, STANDARD_NAMES, metric_names
+from ..common.dtypes import parse_dtype
+from ..config.files import MAX_BYTES, ConfigError, first_problem, load_yaml
+from ..precision.rules import MAX_ROUNDINGS, STANDARD_NAMES, metric_names
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
-from .spec import BrokenCase, FromFile, Fixed, InputSpec, OneOf, OpCase, Size, TensorSpec
+from .spec import BrokenCase, Fixed, FromFile, InputSpec, OneOf, OpCase, Size, TensorSpec
 
 CASE_FIELDS = ("id", "op", "dtypes", "dims", "inputs", "kwargs", "reference", "standard", "limits", "roundings",
                "reason", "backward", "max_examples", "seed", "found_by")
@@ -376,9 +376,12 @@ def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:
         raise SchemaError("limits", f"{raw!r} is not a mapping: write {{standard: {{metric: limit}}}}")
     if reason is None:
         raise SchemaError("reason", "is missing: a case with its own limits must say why, in reason:")
-    from ..schemas import case_limits  # the same limits, checked by the same layer, as a rules file's
+    from ..precision.rules import schema_vocabulary
+    from ..precision.rules_schema import (  # the same limits, checked by the same layer, as a rules file's
+        case_limits,
+    )
 
-    problem = first_problem(case_limits(), dict(raw))
+    problem = first_problem(case_limits(schema_vocabulary()), dict(raw))
     if problem is not None:
         where, text = problem
         raise SchemaError(f"limits.{where}", text)

@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings as hypothesis_settings, target
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed
+from hypothesis import settings as hypothesis_settings
+from hypothesis import target
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
-from ..math_modes import DEFAULT_POLICY
 from ..backends import Backend, load_backend
-from ..cases import baseline_label, golden_label
-from ..rules import Rules
+from ..checks.dump_case import baseline_label, golden_label
+from ..common.math_modes import DEFAULT_POLICY
+from ..precision.rules import Rules
 from .draw import CaseInputError, call_strategy, fixed_call
 from .run import CaseSpecError, ExampleResult, OpUnavailable, Target, prepare, run_example
 from .schema import SchemaError

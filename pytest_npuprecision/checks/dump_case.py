@@ -1,0 +1,311 @@
+"""Run one dump case end to end and keep what happened as a plain record.
+
+dump case -> concrete inputs -> device, golden and baseline runs -> one verdict per compared tensor.
+This module knows nothing of pytest; the plugin turns a CaseResult into a pass, skip or failure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backends import Backend, DumpedOutputs, float32_modes_of, load_backend
+from ..common.math_modes import DEFAULT_POLICY
+from ..common.memory_sizes import format_size
+from ..common.torch_compat import missing_kernel
+from ..dump.arguments import materialize
+from ..dump.autocast import dtype_differences, inferred_autocast, recorded_dtypes
+from ..dump.descriptors import DescriptorError, DumpDataError
+from ..dump.dump_cases import DumpCase
+from ..dump.entries import EntryUnreadable
+from ..dump.fingerprint import InputFingerprint, fingerprint
+from ..dump.recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
+from ..ops.allowlist import unsafe_argument
+from ..ops.namesakes import NoSingleNamesake, unknown_keywords
+from ..ops.resolution import choose_namesake, resolve
+from ..precision.error_profile import ErrorProfile, error_profile
+from ..precision.metrics import Accumulation, Metrics
+from ..precision.rules import Rules
+from ..precision.verdict import Status, Verdict
+from ..replay.memory_budget import case_bytes
+from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
+from .error_data import save_error_data
+from .judging import judge
+from .recorded_baseline import RecordedBaseline, RecordedCase
+
+
+class CaseSkipped(Exception):
+    """The case cannot be run here; the message says why (one of the documented reasons)."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+class CaseInputError(Exception):
+    """The dump itself is unusable for this case: the message names the file and the API."""
+
+
+class ReplayError(Exception):
+    """The harness replayed the call wrongly: a harness error, never the dump's fault. msprobe
+    recorded the call after it ran, so arguments that do not bind to the op we call mean that our
+    name resolution or argument reconstruction is wrong, not the dump."""
+
+
+class BaselineMismatch(CaseInputError):
+    """The recorded baseline was made from other inputs or outputs than this run's: no fair comparison."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: Backend  # a torch.device or device string is turned into its backend
+    rules: Rules = field(default_factory=Rules.default)
+    golden: Backend = field(default_factory=lambda: Backend("cpu"))  # computes in float64
+    baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
+    max_case_bytes: int | None = None  # a case estimated to need more is skipped as too-large; None: no limit
+    float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
+    error_data: Path | None = None  # where a failing case's tensors are saved (checks/error_data.py); None: nowhere
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, Backend):
+            object.__setattr__(self, "device", load_backend(self.device))
+
+    def describe(self) -> dict[str, Any]:
+        """What this run compared, with every backend's versions and settings: the reports' run.json."""
+        baseline = self.baseline.info().as_dict() if isinstance(self.baseline, Backend) else None
+        return {"device": self.device.info().as_dict(), "golden": self.golden_label,
+                "float32": {"policy": self.float32, "device_modes": float32_modes_of(self.device).as_dict()},
+                "golden_backend": self.golden.info().as_dict(), "baseline": self.baseline_label,
+                "baseline_backend": baseline, "seed": "crc32(case id) per case"}
+
+    @property
+    def golden_label(self) -> str:
+        return golden_label(self.golden)
+
+    @property
+    def baseline_label(self) -> str:
+        return baseline_label(self.baseline)
+
+
+def golden_label(golden: Backend) -> str:
+    """'cpu float64': how headers, messages and reports name the golden."""
+    return f"{golden.name} float64"
+
+
+def baseline_label(baseline: Backend | RecordedBaseline | None) -> str:
+    """'none', 'cuda:0 same dtype' or the recorded file's label."""
+    if baseline is None:
+        return "none"
+    if isinstance(baseline, RecordedBaseline):
+        return baseline.label
+    return f"{baseline.name} same dtype"
+
+
+@dataclass(frozen=True)
+class OutputVerdict:
+    name: str  # "output.0", "grad.input_args[0]"
+    verdict: Verdict
+    profile: ErrorProfile | None = None  # the error distribution, for outputs that do not pass
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: DumpCase
+    status: Status
+    outputs: tuple[OutputVerdict, ...]
+    notes: tuple[str, ...]
+    seconds: float  # the whole case: inputs, every run, metrics
+    op_seconds: float  # the op itself on device, golden and live baseline
+    fingerprint: InputFingerprint | None = None
+    baseline: str = "none"  # "none", "live", "recorded", or "missing" from the recorded file
+    guesses: tuple[str, ...] = ()  # what the verdict rests on beyond the dump: rebuilt arguments, inferred autocast
+    dtype_differences: tuple[str, ...] = ()  # outputs judged in another dtype than the dump recorded
+    # The device's float32 math mode for the op ("ieee", "tf32", "hf32"), where the op is a matmul, conv
+    # or rnn with a float32 result; None elsewhere.
+    float32_mode: str | None = None
+    error_data: dict[str, Any] | None = None  # where its tensors were saved, or why not (failing cases only)
+
+
+def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
+    """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
+    try:
+        return _run_case(case, data_dir, settings)
+    except EntryUnreadable as exc:  # its entry is decoded from dump.json on use, and the file may have changed
+        raise CaseInputError(str(exc)) from None
+
+
+def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
+    started = time.perf_counter()
+    if case.input_error is not None:
+        raise CaseInputError(case.input_error)
+    if case.skip is not None:
+        raise CaseSkipped(case.skip.value, case.skip_message)
+    op = resolve(case.api.rsplit(".", 1)[0])
+    offline = isinstance(settings.device, DumpedOutputs)
+    if op.unsupported and not (offline and op.reference is not None):
+        raise CaseSkipped("unsupported-op", op.unsupported)
+    _check_budget(case, settings)
+    try:
+        materialized = materialize(case, data_dir)
+        results = recorded_results(case, data_dir) if offline else None
+    except (DumpDataError, DescriptorError) as exc:
+        raise CaseInputError(str(exc)) from None
+    except NothingRecorded as exc:
+        raise CaseSkipped("no-recorded-output", str(exc)) from None
+    if op.namesakes:  # Torch.svd: torch.svd or torch.linalg.svd, as the recorded call says
+        try:
+            op = choose_namesake(op, materialized.args, materialized.kwargs, forward_output_shapes(case),
+                                 lambda: forward_output_tensors(case, data_dir))
+        except NoSingleNamesake as exc:
+            raise CaseSkipped("ambiguous-op", f"{case.key}: {exc}") from None
+    unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
+    if unsafe is not None:
+        raise CaseSkipped("unsupported-op", f"{case.key}: {unsafe}")
+    backward = case.direction == "backward"
+    if backward and not materialized.requires_grad:
+        raise CaseSkipped("no-differentiable-input", f"{case.key}: no input of the forward call requires grad")
+    # Before the dumped devices are replaced: the fingerprint must not depend on this machine.
+    prints = fingerprint(materialized)
+    recorded = _recorded(case, prints, settings.baseline)
+    inputs = materialized.with_device(settings.device.device)
+    live = settings.baseline if isinstance(settings.baseline, Backend) else None
+    forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
+    autocast, inferred = inferred_autocast(op.base_name, _leaves(inputs.args, inputs.kwargs), forward_dtypes,
+                                           _has_dtype(inputs.args, inputs.kwargs), op.inplace)
+    try:
+        run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
+                       baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
+                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results,
+                       golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
+    except OpExecutionError as exc:
+        raise _replay_failure(case, op, inputs, exc, settings) from None
+    except GoldenNotWide as exc:
+        raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
+    if run.error:
+        raise CaseInputError(f"{case.key} ({case.source}): {run.error}")
+    compared = run.grads if backward else run.outputs
+    if not compared and offline:
+        why = "; ".join(n for n in run.notes if "dump" in n) or "none of its recorded tensors is an argument's"
+        raise CaseSkipped("no-recorded-output", f"{case.key}: no recorded result can be judged offline: {why}")
+    if not compared:
+        raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
+    recorded_out = recorded_dtypes(_output_of(case.backward), "output") if backward else forward_dtypes
+    differences = dtype_differences({o.name: o.actual.dtype for o in compared if o.actual.is_floating_point()},
+                                    recorded_out)
+    guesses = (*inputs.guesses, *([inferred] if inferred else []), *differences)
+    rules = settings.rules
+    if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
+        rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
+    overflowed = run.overflowed if backward else None
+    notes = (*guesses, *run.notes)
+    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,
+                            settings.float32) for out in compared)
+    status = Status.worst(o.verdict.status for o in outputs)
+    saved = None
+    if settings.error_data is not None and status in (Status.ERROR, Status.WARNING):
+        saved = save_error_data(settings.error_data, case.case_id, materialized.args, materialized.kwargs, compared)
+    state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
+    return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
+                      run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
+                      guesses=guesses, dtype_differences=tuple(differences),
+                      float32_mode=run.float32_mode if any(o.actual.dtype == torch.float32 for o in compared) else None,
+                      error_data=saved)
+
+
+def _output_of(entry: Any) -> Any:
+    return entry.get("output") if isinstance(entry, dict) else None
+
+
+def _leaves(args, kwargs) -> list[Any]:
+    found: list[Any] = []
+    stack = [*args, *kwargs.values()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (list, tuple)):
+            stack.extend(value)
+        else:
+            found.append(value)
+    return found
+
+
+def _has_dtype(args, kwargs) -> bool:
+    """A dtype argument chooses the output's dtype itself (sum(dtype=), softmax(dtype=), to)."""
+    return any(isinstance(v, torch.dtype) for v in _leaves(args, kwargs))
+
+
+def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings: Settings) -> Exception:
+    """The op raised. When the float64 golden runs the same inputs, the dump is fine and this run
+    cannot replay the call on its device: a skip that says so. A TypeError on both sides is our
+    replay binding the arguments wrongly: a ReplayError. Otherwise the dump's arguments do not fit
+    the op: an input error of the dump."""
+    if type(exc.__cause__).__name__ == "RandomFusedCall":  # a fused op's own check: its dropout is on
+        return CaseSkipped("random-op", f"{case.key}: {exc.__cause__}")
+    lacking = missing_kernel(op.api_name, exc.side, exc.__cause__) if exc.side.startswith("device") else None
+    if lacking is not None:  # the device's torch is not built for this dtype: no fault of the dump or the replay
+        return CaseSkipped("no-kernel", f"{case.key}: {lacking}")
+    if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
+        return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
+                                           f"inputs, so the dump is not at fault: {exc}")
+    # The arguments do not bind: the replay chose them, not the model. Unless the dump names a keyword
+    # the op has no parameter for: no call of it could have been recorded so, and the dump is at fault.
+    if isinstance(exc.__cause__, TypeError) and op.func is not None \
+            and not unknown_keywords(op.func, inputs.kwargs):
+        return ReplayError(f"{case.key} ({case.source}): the replay is at fault, not the dump: msprobe recorded "
+                           f"this call as the model made it, but the replay's arguments do not bind: {exc}")
+    return CaseInputError(f"{case.key} ({case.source}): {exc}")
+
+
+def _check_budget(case: DumpCase, settings: Settings) -> None:
+    """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
+    if settings.max_case_bytes is None:
+        return
+    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=settings.baseline is not None,
+                      name=case.name)
+    if need > settings.max_case_bytes:
+        raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
+                                       f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "
+                                       f"raise --npu-precision-max-case-memory to run it")
+
+
+def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCase | None:
+    """This case's entry in a recorded baseline; None when there is no file or the file lacks the case."""
+    if not isinstance(baseline, RecordedBaseline):
+        return None
+    entry = baseline.cases.get(case.case_id)
+    if entry is None:
+        return None
+    difference = prints.difference(entry.fingerprint)
+    if difference:
+        raise BaselineMismatch(
+            f"{case.key} ({case.source}): the baseline {baseline.path} was recorded from other inputs: "
+            f"{difference}. Compare runs of the same dump, with the same torch version (synthetic inputs "
+            f"come from torch's generators), or record the baseline again")
+    return entry
+
+
+def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None,
+                      settings: Settings) -> Metrics | None:
+    if entry is None:
+        return None
+    recorded = entry.outputs.get(out.name)
+    dtype = str(out.actual.dtype).removeprefix("torch.")
+    if recorded is None or recorded.dtype != dtype or tuple(recorded.shape) != tuple(out.actual.shape):
+        was = "absent" if recorded is None else f"{recorded.dtype}{list(recorded.shape)}"
+        raise BaselineMismatch(
+            f"{case.key} ({case.source}): {out.name} is {dtype}{list(out.actual.shape)} here but {was} in the "
+            f"baseline {settings.baseline.path}: the recording ran another op or another dtype; record it again")
+    return recorded.metrics
+
+
+def _judged(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...],
+            recorded: Metrics | None, overflowed: str | None, float32: str) -> OutputVerdict:
+    baseline = out.baseline if out.baseline is not None else recorded
+    verdict = judge(out.actual, out.golden, baseline=baseline, op=case.key, accumulation=out.accumulation or Accumulation(),
+                    rules=rules, notes=notes, overflowed=overflowed, dtype=out.judged_dtype, spread=out.spread,
+                    float32=float32)
+    profile = None if verdict.status is Status.PASS else error_profile(out.actual, out.golden)
+    return OutputVerdict(out.name, verdict, profile)

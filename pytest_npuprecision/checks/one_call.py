@@ -1,0 +1,122 @@
+"""One call checked from Python, as a dump case checks one: the op runs on the device under test, on
+the float64 golden and on a baseline if given; every output is judged, and with ``backward=True``
+every floating-point input's gradient, with the reduction lengths and term norms the harness derives
+from the inputs. For users' own tests, next to ``torch.testing.assert_close``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..backends import Backend, load_backend
+from ..common.math_modes import DEFAULT_POLICY
+from ..ops.namesakes import NoSingleNamesake
+from ..ops.registry import registered_op
+from ..ops.resolution import ResolvedOp, choose_namesake, resolve
+from ..precision.metrics import Accumulation
+from ..precision.rules import Rules
+from ..precision.verdict import Status, Verdict, render_message
+from ..replay.runner import run_call
+from .judging import judge
+
+
+@dataclass(frozen=True)
+class CallVerdict:
+    """The verdicts of one call: one per output, then one per input gradient."""
+
+    op: str
+    outputs: tuple[tuple[str, Verdict], ...]  # ("output.0", verdict), ("grad.input_args[0]", verdict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> Status:
+        return Status.worst(verdict.status for _, verdict in self.outputs) if self.outputs else Status.PASS
+
+    def verdict(self, name: str) -> Verdict:
+        return dict(self.outputs)[name]
+
+    def message(self) -> str:
+        """Every output that does not pass (all of them when all pass), rendered as a failing case is."""
+        shown = [(n, v) for n, v in self.outputs if v.status is not Status.PASS] or list(self.outputs)
+        return "\n".join(f"{name}: {render_message(verdict)}" for name, verdict in shown)
+
+
+def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch.device | str = "cpu",
+               golden: Backend | None = None, baseline: Backend | str | None = None, backward: bool = False,
+               reference: Callable[..., Any] | None = None, rules: Rules | None = None, seed: int = 0,
+               float32: str = DEFAULT_POLICY, **kwargs: Any) -> CallVerdict:
+    """Run ``op(*args, **kwargs)`` on ``device`` and on the float64 golden and judge it.
+
+    op: a callable (``torch.matmul``, your kernel) or a name as dumps and op cases write it
+    ("Torch.matmul", "Functional.gelu", a registered custom op). The inputs are used as given, in
+    their dtype, moved to each side's device. backward: also judge the gradient of every
+    floating-point tensor argument, for output gradients drawn from ``seed``. reference: what the
+    golden calls instead (in float64), where ``op`` is your own kernel that fixes its dtypes inside.
+    float32: how float32 ops the device ran in TF32 or HF32 are judged: "as-run" (at that format's
+    rounding of the inputs) or "ieee" (at float32's own; a fair TF32 kernel then fails, saying so).
+    """
+    resolved = _resolved(op)
+    if resolved.namesakes:  # "Torch.svd": torch.svd or torch.linalg.svd, as msprobe names both
+        try:
+            resolved = choose_namesake(resolved, args, kwargs)
+        except NoSingleNamesake as exc:
+            raise ValueError(f"check_call({op!r}): {exc}; pass the function itself") from None
+    requires = (*(i for i, a in enumerate(args) if _float_tensor(a)),
+                *(k for k, v in kwargs.items() if _float_tensor(v))) if backward else ()
+    baseline = load_backend(baseline, "baseline") if baseline is not None else None
+    run = run_call(resolved, args, kwargs, device=device, golden=golden, baseline=baseline, backward=backward,
+                   requires_grad=requires, seed=seed, reference=reference)
+    rules = rules or Rules.default()
+    # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
+    judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
+                                    accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,
+                                    overflowed=run.overflowed if direction == "backward" else None,
+                                    dtype=out.judged_dtype, spread=out.spread, float32=float32))
+                   for direction, outs in (("forward", run.outputs), ("backward", run.grads)) for out in outs)
+    return CallVerdict(resolved.api_name, judged, tuple(run.notes))
+
+
+# The tables read a gradient from its key's direction, as in a dump: "Torch.matmul.0.backward".
+_KEYS = {"forward": "", "backward": ".0.backward"}
+
+
+def assert_call_precise(op: str | Callable[..., Any], *args: Any, **kwargs: Any) -> CallVerdict:
+    """Like :func:`check_call`, but raise ``AssertionError`` with every failing output's message."""
+    verdict = check_call(op, *args, **kwargs)
+    if verdict.status is Status.ERROR:
+        raise AssertionError(verdict.message())
+    return verdict
+
+
+def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
+    if callable(op) and not isinstance(op, str):
+        name = _callable_name(op)
+        found = resolve(name) if name is not None else None
+        if found is not None and found.func is op:  # a torch operator: its tables' rules apply
+            return dataclasses.replace(found, namesakes=())  # the function given, not a namesake
+        return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op)
+    custom = registered_op(op)
+    found = resolve(custom.api_name if custom is not None else op)
+    if found.func is None:
+        raise ValueError(f"check_call({op!r}): {found.unsupported}")
+    return found
+
+
+def _callable_name(op: Callable[..., Any]) -> str | None:
+    """The msprobe name of a torch operator given as a function: torch.matmul -> Torch.matmul."""
+    name = getattr(op, "__name__", "")
+    if op is getattr(torch.nn.functional, name, None):  # some are C functions of another module
+        return f"Functional.{name}"
+    if op is getattr(torch, name, None):
+        return f"Torch.{name}"
+    if op is getattr(torch.Tensor, name, None):
+        return f"Tensor.{name}"
+    return None
+
+
+def _float_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()

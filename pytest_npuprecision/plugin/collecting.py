@@ -1,0 +1,239 @@
+"""The pytest layer of a process that collects and runs cases (a serial run, or an xdist worker): one
+test item per dumped API call, op cases, and each case's record on its report. plugin/active.py registers
+it there; the xdist controller never does, so it never imports torch.
+
+Everything that decides anything lives in the core modules; this file only translates.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from ..checks.dump_case import CaseInputError, CaseSkipped, OutputVerdict, ReplayError, run_case
+from ..common.shown_text import shown_key
+from ..common.warning_types import JudgedDtypeWarning
+from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
+from ..dump.locations import DumpSource
+from ..opcases.failures import OpCaseFailure, OpCaseUsageError
+from ..precision.verdict import Status, render_message
+from ..replay import threads
+from ..reports import gating, run_facts
+from ..reports.gating import KnownFailureRegression
+from ..reports.records import RECORD, carried, case_record, junit_properties, new_record
+from ..reports.summary import STRICT_WARNINGS_NOTE, failing_outputs
+from .dump_options import found_dumps
+from .settings import local_facts, rerun_command, settings_for
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run once, when plugin/active.py registers this module."""
+    threads.apply(threads.for_run(config))
+    failure = (PrecisionFailure, OpCaseFailure)
+    gating.configure(config, expected={"error": failure, "warning": failure,
+                                       "input-error": (CaseInputError, OpCaseUsageError)})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    run_facts.send(session.config, local_facts(session.config))  # an xdist worker: the controller names the device from this
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The dumps join the session's top-level collectors: read as data, never walked by pytest."""
+    report = yield
+    if isinstance(collector, pytest.Session) and report.passed:
+        for dump, sources in found_dumps(collector.config):
+            report.result.append(DumpRoot.from_parent(collector, name=dump, path=Path(dump).resolve(),
+                                                      nodeid=Path(dump).as_posix(), sources=sources))
+    return report
+
+
+def op_cases_in_play(config: pytest.Config) -> ModuleType:
+    """The op cases' pytest layer (and Hypothesis), set up once a run has an op case."""
+    from . import op_case_items as opcases
+
+    if not config.pluginmanager.has_plugin("npu-precision-opcases"):
+        opcases.configure(config)
+    return opcases
+
+
+def op_case_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector:
+    return op_cases_in_play(parent.config).OpCaseFile.from_parent(parent, path=file_path)
+
+
+class DumpRoot(pytest.Collector):
+    """One --npu-precision path: its dump.json files, found by find_dumps."""
+
+    def __init__(self, *, sources: list[DumpSource], **kwargs):
+        super().__init__(**kwargs)
+        self.sources = sources
+
+    def collect(self):
+        for source in self.sources:
+            yield DumpJsonFile.from_parent(self, name=source.label or source.path.name, path=source.path,
+                                           source=source)
+
+
+class DumpJsonFile(pytest.Collector):
+    def __init__(self, *, source: DumpSource, **kwargs):
+        super().__init__(**kwargs)
+        self.source = source
+
+    def collect(self):
+        dump = load_dump(self.path, label=self.source.label, root=self.parent.path)
+        if dump.error:
+            yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error, label=self.source.label)
+            return
+        # Every case of the file counts as collected for stale known failures, even when a node id picks one.
+        gating.collected_case_ids(self.config).update(case.case_id for case in dump.cases)
+        chosen = set(self.config.getoption("npu_precision_case"))
+        with without_cyclic_gc():  # 100k items: each pass would walk every node made so far
+            items = [DumpCaseItem.from_parent(self, name=shown_key(case.key), case=case, dump=dump)
+                     for case in dump.cases if not chosen or case.case_id in chosen]
+        yield from items
+
+    def reportinfo(self):
+        return self.path, None, self.source.label
+
+
+class BrokenDumpItem(pytest.Item):
+    """A dump.json that cannot be read fails as one item; the other dumps still run."""
+
+    def __init__(self, *, problem: str, label: str, **kwargs):
+        super().__init__(**kwargs)
+        self.problem = problem
+        self.label = label
+
+    def runtest(self) -> None:
+        settings = settings_for(self.config)
+        # A record too, so that cases.jsonl, the CSVs, JUnit and HTML list the file that could not run.
+        self.stash[RECORD] = new_record(
+            kind="dump", case_id=f"{self.label}::dump.json", key="dump.json", api="dump.json", direction="",
+            order=-1, location=self.label, source=str(self.path), seed=None, device=settings.device.name,
+            golden=settings.golden_label, baseline=settings.baseline_label, status="input-error",
+            message=self.problem)
+        raise CaseInputError(self.problem)
+
+    def repr_failure(self, excinfo, style=None):
+        return str(excinfo.value)
+
+    def reportinfo(self):
+        return self.path, None, "broken dump.json"
+
+
+_DTYPE_ADVICE = ("Its verdict holds for the dtype judged, not for the one the model ran: if the model ran this "
+                 "call under autocast or after a cast the dump does not show, see how such calls are rebuilt in "
+                 "docs/real-models.md (a page of the pytest-npuprecision repository's docs), and the case's "
+                 "notes in cases.jsonl")
+
+
+class PrecisionFailure(AssertionError):
+    """A case whose device output is not precise enough."""
+
+
+# Made once: pytest builds a new decorator on each pytest.mark.<name> lookup, 17 us apiece for 100k items.
+# Keyed by (direction is backward, recorded an overflow); each as add_marker would store it.
+_MARKS = {(backward, overflow): tuple(mark.mark for mark in (
+    pytest.mark.npu_precision, pytest.mark.npu_backward if backward else pytest.mark.npu_forward,
+    *((pytest.mark.npu_overflow,) if overflow else ()))) for backward in (False, True) for overflow in (False, True)}
+
+
+class DumpCaseItem(pytest.Item):
+    def __init__(self, *, case: DumpCase, dump: DumpFile, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+        self.dump = dump
+        marks = _MARKS[case.direction == "backward", recorded_nonfinite(case)]
+        self.own_markers.extend(marks)  # what add_marker does, without its checks: 100k items
+        self.keywords.update({mark.name: mark for mark in marks})
+
+    def runtest(self) -> None:
+        settings = settings_for(self.config)
+        framework = self.dump.framework
+        self.stash[RECORD] = case_record(self.case, settings, status="harness-error", framework=framework)
+        try:
+            result = run_case(self.case, self.dump.data_dir, settings)
+        except CaseSkipped as skipped:
+            self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
+                                              reason=skipped.reason, framework=framework)
+            pytest.skip(f"[{skipped.reason}] {skipped}")
+        except CaseInputError as bad:
+            self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad),
+                                              framework=framework)
+            raise
+        self.stash[RECORD] = record = case_record(self.case, settings, result=result, framework=framework)
+        for difference in result.dtype_differences:  # never silent, even where the case passes
+            # Located at the user's dump.json, not at this line of the plugin.
+            warnings.warn_explicit(JudgedDtypeWarning(f"{self.case.case_id}: {difference}. {_DTYPE_ADVICE}"),
+                                   JudgedDtypeWarning, str(self.case.source), 0)
+        failing = failing_outputs(result.outputs, self.config.getoption("npu_precision_strict_warnings"))
+        if not failing:
+            return
+        gate = self.config.stash.get(gating.GATE, None)
+        worse = gate.regressions(record) if gate is not None else []
+        record["message"] = message = self._message(failing)
+        if worse:
+            raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
+        raise PrecisionFailure(message)
+
+    def _message(self, failing: list[OutputVerdict]) -> str:
+        parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
+        if any(out.verdict.status is Status.WARNING for out in failing):
+            parts.append(STRICT_WARNINGS_NOTE)
+        # An absolute dump path works from any directory; the case id picks the case under it.
+        root = self.parent.parent.path
+        rerun = rerun_command(self.config, "--npu-precision", str(root), "--npu-precision-case", self.case.case_id)
+        settings = settings_for(self.config)
+        parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
+                     f"{settings.golden_label}, baseline {settings.baseline_label}")
+        parts.append(f"rerun: {rerun}")
+        return "\n".join(parts)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (PrecisionFailure, KnownFailureRegression, CaseInputError)):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, ReplayError):  # the message says what went wrong; no traceback of ours
+            return f"harness error (please report it with this case):\n{excinfo.value}"
+        return f"harness error (please report it with this case):\n{super().repr_failure(excinfo, style)}"
+
+    def reportinfo(self):
+        # The domain heads the failure block. A bare case id would end the node id, and pytest's verbose
+        # line would then print it with its dots turned into '::'; the prefix keeps the line as it is.
+        return self.path, None, f"dump case {self.case.case_id}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, _CLEAN_FAILURES):
+        # A Python op case fails with the op case's message, as a YAML one does: no traceback, no --full-trace hint.
+        report.longrepr = str(call.excinfo.value)
+    record = item.stash.get(RECORD, None) if call.when == "call" else None
+    if record is not None:  # a dump case or an op case
+        if call.excinfo is not None and not isinstance(call.excinfo.value, _CASE_OUTCOMES):
+            record = {**record, "status": "harness-error", "outputs": [],
+                      "message": f"{call.excinfo.typename}: {call.excinfo.value}"}
+        gate = item.config.stash.get(gating.GATE, None)
+        if gate is not None:
+            gate.annotate(record, report)
+        # Plain JSON on the report: xdist carries it to the controller, which writes the reports.
+        report.npu_precision = json.dumps(carried(record, item.config))
+        report.npu_overflow = record["status"] == "overflow"
+        # JUnit XML takes these from the teardown report, which copies the item's properties; without
+        # it they would only lengthen every report that xdist serializes.
+        if getattr(item.config.option, "xmlpath", None):
+            item.user_properties.extend(junit_properties(record))
+    return report
+
+
+# Failures whose message says everything: shown without a traceback.
+_CLEAN_FAILURES = (OpCaseFailure, OpCaseUsageError, KnownFailureRegression)
+
+# What a case may end with; anything else is a harness error.
+_CASE_OUTCOMES = (PrecisionFailure, KnownFailureRegression, CaseInputError, OpCaseFailure,
+                  OpCaseUsageError, pytest.skip.Exception, pytest.fail.Exception)

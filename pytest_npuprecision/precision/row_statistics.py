@@ -1,0 +1,186 @@
+"""What tells a fair kernel's noise from a shared bias: values that repeat in the golden, a shift shared
+by a whole output, and the statistics of each row's error (its residual, balance and lean).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..common.dtypes import FloatFormat
+from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm
+from .metrics import Accumulation, Repetition
+
+_ROW_CHUNK = 1 << 18  # rows walked at a time, as measuring.py walks elements
+
+
+REPETITION_SAMPLE = 4096
+ALIKE_BITS = 12  # golden values that agree to 12 significant bits count as alike
+NATURAL_COLLISIONS = 1.5  # a continuous spread sampled at 12 bits collides now and then: not repetition
+# Odd multipliers that mix a row's keys into one: distinct rows collide with a chance near 2^-64.
+# One per ROW_PROBES, as signed int64.
+_ROW_MIX = (-7046029254386353131, 7146057691288625177, 1983613069789375825, -8796714831421723037)
+
+
+def repetition_of(flat_g, device, work) -> Repetition | None:
+    """How often the nonzero values of a strided sample of the golden recur; None where they mostly
+    differ. Alike values come from alike computations (a row repeated down a batch, a constant, a
+    half-precision input's few hundred values), whose errors repeat rather than average out."""
+    step = max(1, flat_g.numel() // REPETITION_SAMPLE)
+    sample = flat_g[::step][:REPETITION_SAMPLE].to(device=device, dtype=work)
+    return _alike(sample[torch.isfinite(sample) & (sample != 0)])  # zeros are mostly exact, not repeated work
+
+
+def alike_rows(flat_g, length: int, device, work) -> Repetition | None:
+    """How often the golden's rows of ``length`` recur, told apart by ROW_PROBES evenly spaced values."""
+    probes = torch.arange(ROW_PROBES, device=flat_g.device) * length // ROW_PROBES
+    prints = flat_g.reshape(-1, length)[:, probes].to(device=device, dtype=work)
+    return _alike(torch.where(torch.isfinite(prints), prints, 0))
+
+
+def _alike(values: torch.Tensor) -> Repetition | None:
+    """How often the values (or rows of values) recur, to ALIKE_BITS; None where they mostly differ."""
+    if not values.numel():
+        return None
+    mantissa, exponent = torch.frexp(values)
+    key = torch.round(mantissa * 2.0**ALIKE_BITS).to(torch.int64) + exponent.to(torch.int64) * 2**16
+    if key.dim() > 1:  # a row's keys mixed into one (wrapping int64): torch.unique(dim=0) is 40x slower
+        key = (key * torch.tensor(_ROW_MIX[: key.shape[1]], device=key.device)).sum(-1)
+    distinct = int(torch.unique(key).shape[0])
+    repetition = Repetition(values.shape[0] / distinct, distinct)
+    return repetition if repetition.factor >= NATURAL_COLLISIONS else None
+
+
+def shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.Tensor | None:
+    """Per element, how far its row's rounded factor moves it: the row's common relative error (the
+    least-squares fit of actual = (1 + c) golden), clamped to the output dtype's unit roundoff, times
+    the golden. None where the output does not split into rows of ``length``."""
+    numel = flat_a.numel()
+    if length <= 1 or numel % length:
+        return None
+    a = flat_a.to(work).reshape(-1, length)
+    g = flat_g.to(device=a.device, dtype=work).reshape(-1, length)
+    finite = torch.isfinite(a) & torch.isfinite(g)
+    a, g = torch.where(finite, a, 0), torch.where(finite, g, 0)
+    weight = (g * g).sum(-1, keepdim=True)
+    common = torch.where(weight > 0, ((a - g) * g).sum(-1, keepdim=True) / weight.clamp(min=torch.finfo(work).tiny), 0)
+    return (common.clamp(-fmt.unit_roundoff, fmt.unit_roundoff) * g).reshape(-1)
+
+
+# The elementwise steps of a fair normalization around its shared factor (the function of the
+# element, the multiplication by the factor), each up to u of the element's scale.
+RESIDUAL_ROUNDINGS = 2
+
+
+@dataclass(frozen=True)
+class _Rows:
+    residual: float
+    balance_noise: float
+    lean_noise: float | None
+
+
+def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatFormat, acc: Accumulation,
+                    golden_rms: float, alike_rows: Repetition | None, work) -> _Rows:
+    """Over rows that share a rounded factor, in one pass: the mean residual ratio, the standard
+    error of the error balance and, where the output is one rounding, of the rounding lean.
+
+    The residual is the mean error over the elementwise bound once each row's common error is taken out.
+
+    A fair normalization errs along a row in two ways: through its shared statistics (a rounded sum,
+    a rounded rsqrt), which the bound allows for with sqrt(K)·u_acc and which move every element of
+    the row together, as an offset (times the weight) and a scale (around the bias); and per element,
+    by a few roundings. The least-squares offset and scale of each row's error are taken out, so
+    what is left is the per-element part, judged against the bound without the sqrt(K) share:
+    noise of tens of ulp shows at any K, where under the full bound it hides past K of about 1000.
+
+    The balance's standard error is the spread of the rows' own balances over sqrt(rows): a fair
+    float32 softmax's row leans to its factor's side (+-0.5 from row to row), a kernel that
+    truncates leans the same way in every row; the first is noise, the second a bias. One row says
+    nothing of which it is: 1/3 (the balance is never judged). The rounding lean's standard error is
+    the cluster-robust one, rows as the clusters, of the share that rounding_bias takes.
+    """
+    device = flat_a.device
+    rows = flat_a.numel() // acc.length
+    balances = torch.empty(rows, dtype=work, device=device)
+    rows_per_chunk = max(1, _ROW_CHUNK // acc.length)
+    offset = flat_term_norm(acc.shared_offset, shape, device, work)
+    origin = flat_term_norm(acc.shared_origin, shape, device, work)
+    residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
+    once = acc.one_rounding(fmt)
+    leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
+    total, count = 0.0, 0
+    for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
+        part = slice(start, start + rows_per_chunk * acc.length)
+        a = flat_a[part].to(work).reshape(-1, acc.length)
+        g = flat_g[part].to(device=device, dtype=work).reshape(-1, acc.length)
+        finite = torch.isfinite(a) & torch.isfinite(g)
+        error = torch.where(finite, a - g, 0)
+        p = torch.ones_like(g) if offset is None else offset[part].reshape(g.shape)
+        q = g if origin is None else g - origin[part].reshape(g.shape)
+        p, q = torch.where(finite, p, 0), torch.where(finite, q, 0)
+        fit = _fit_two(error, p, q)
+        term = None if term_norm is None else term_norm[part].reshape(g.shape)
+        moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
+        abs_g = torch.where(finite, g.abs(), 0)
+        bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work)
+        total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
+        count += int(finite.sum())
+        # signs against the golden as the dtype holds it, as error_balance counts them
+        g_round = flat_g[part].to(flat_a.dtype).to(device=device, dtype=work).reshape(g.shape)
+        signed = torch.isfinite(a) & torch.isfinite(g_round)
+        signs = torch.where(signed, torch.sign(a - g_round), 0)
+        first = start // acc.length
+        balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
+        if once:  # the elements GoldenChunk.rounding picks, counted per row
+            dominated = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work) <= \
+                ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
+            dominated &= signed
+            growth = torch.where(abs_g > 0, torch.sign(a.abs() - g_round.abs()), 0)
+            leans[first:first + a.shape[0]] = torch.stack(
+                [dominated.sum(-1), (signs * dominated).sum(-1), (growth * dominated).sum(-1)], -1).to(work)
+    residual = total / count if count else 0.0
+    return _Rows(residual, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
+                 _clustered_noise(leans, alike_rows) if once else None)
+
+
+# Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
+# rounded factors happen to lean alike look like one truncating kernel.
+LEAN_ROWS = 16
+ROW_PROBES = 4  # values of each row's golden, evenly spaced, that tell alike rows (near-uniform softmax) apart
+
+
+def _clustered_noise(leans: torch.Tensor, repetition: Repetition | None) -> float:
+    """The larger standard error of the two shares of rounding_bias (up, larger), rows as clusters:
+    sqrt(sum over rows of (row's sum - share * row's count)^2) / total count, widened where rows
+    repeat alike (whose goldens agree at ROW_PROBES places: they count once). Too few independent
+    rows: 1/3, which no lean exceeds by 6 sigma."""
+    counts = leans[:, 0]
+    total = float(counts.sum())
+    rows = int((counts > 0).sum())
+    independent = rows if repetition is None else repetition.independent(rows)
+    if total == 0 or independent < LEAN_ROWS:
+        return 1 / 3
+    worst = 0.0
+    for sums in (leans[:, 1], leans[:, 2]):
+        share = float(sums.sum()) / total
+        worst = max(worst, math.sqrt(float(((sums - share * counts) ** 2).sum())) / total)
+    return worst * math.sqrt(rows / independent)
+
+
+def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per row, the least-squares combination alpha·p + c·q closest to e (one of them alone where the
+    two are parallel within rounding)."""
+    spp, spq, sqq = (p * p).sum(-1, keepdim=True), (p * q).sum(-1, keepdim=True), (q * q).sum(-1, keepdim=True)
+    spe, sqe = (p * e).sum(-1, keepdim=True), (q * e).sum(-1, keepdim=True)
+    det = spp * sqq - spq * spq
+    tiny = torch.finfo(e.dtype).tiny
+    solvable = det > 1e-9 * spp * sqq
+    alpha = torch.where(solvable, (sqq * spe - spq * sqe) / det.clamp(min=tiny), 0)
+    c = torch.where(solvable, (spp * sqe - spq * spe) / det.clamp(min=tiny), 0)
+    # parallel or one of them zero: the larger one alone
+    alone_q = ~solvable & (sqq >= spp)
+    c = torch.where(alone_q, sqe / sqq.clamp(min=tiny), c)
+    alpha = torch.where(~solvable & ~alone_q, spe / spp.clamp(min=tiny), alpha)
+    return alpha * p + c * q

@@ -1,0 +1,228 @@
+"""The records a judgement produces, and the one function that renders them for people."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from .meanings import failure_sections, meaning
+from .metrics import Metrics
+from .second_look import Excused
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARNING = "warning"
+    # The device's result left the dtype's range where the exact one did not, and nothing else is
+    # wrong: the dtype's limit reached by these inputs (an intermediate overflowed), not a precision
+    # error. Reported and counted apart, never a failure: users hunting overflow look for these.
+    OVERFLOW = "overflow"
+    ERROR = "error"
+
+    @classmethod
+    def worst(cls, statuses) -> "Status":
+        order = (cls.PASS, cls.WARNING, cls.OVERFLOW, cls.ERROR)
+        return max(statuses, key=order.index, default=cls.PASS)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric judged against its limit. ``upper`` limits are maxima, others minima."""
+
+    metric: str
+    value: float
+    limit: float
+    status: Status
+    upper: bool = True
+    baseline: float | None = None  # the baseline's own value of the metric (or of the ratio's numerator)
+    warning: float | None = None  # the warning limit, where the table gives one
+
+    @property
+    def relation(self) -> str:
+        ok = self.status is Status.PASS
+        if self.upper:
+            return "<=" if ok else ">"
+        return ">=" if ok else "<"
+
+    def describe(self) -> str:
+        """'rmse_ratio = 1.3 > warning limit 1.1 (error limit 4)'."""
+        if self.status is Status.WARNING and self.warning is None:  # a ratio the benchmark excuses
+            bound = f"limit {_number(self.limit)}, a warning: the device meets its own error bound"
+        elif self.status is Status.WARNING:
+            bound = f"warning limit {_number(self.warning)} (error limit {_number(self.limit)})"
+        else:
+            bound = f"limit {_number(self.limit)}"
+        return f"{self.metric} = {_number(self.value)} {self.relation} {bound}"
+
+
+@dataclass(frozen=True)
+class Element:
+    """The element that decided the verdict, with what each side computed there."""
+
+    index: tuple[int, ...]
+    actual: float
+    golden: float
+    baseline: float | None = None
+    allowed: float | None = None  # the absolute error the standard allows here
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    standard: str
+    op: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    checks: tuple[Check, ...]
+    metrics: Metrics
+    baseline_metrics: Metrics | None = None
+    worst: Element | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    excused: Excused | None = None  # what the second look excused, where it turned a failure into a pass
+
+    @property
+    def passed(self) -> bool:
+        return self.status is not Status.ERROR
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status is not Status.PASS)
+
+
+# Metrics that a mean over every element decides: the worst element may lie well within what the
+# standard allows there, so a message led by one of them says what decided instead.
+MEAN_DECIDED = frozenset({"bound_bias", "magnitude_bound_bias", "rounding_bias", "mean_bound_ratio", "mean_ulp_err",
+                          "mean_residual_ratio"})
+_SIGNED_MEANS = frozenset({"bound_bias", "magnitude_bound_bias"})
+
+
+def _brief(check: Check) -> str:
+    """'mean_bound_ratio 27476.8 > 1': a failing check on part of one line."""
+    text = f"{check.metric} {_number(check.value)} {check.relation} {_number(check.limit)}"
+    return text if check.status is Status.ERROR else f"{text} [{check.status.value}]"
+
+
+def _decided_by_all(check: Check, m: Metrics) -> str:
+    """What decided a verdict that no single element decides, in place of the worst element (which may
+    lie well within what the standard allows there, and would point the wrong way)."""
+    if check.metric in _SIGNED_MEANS:
+        lean = "grows |actual| over |golden|" if check.metric == "magnitude_bound_bias" else "leans one way"
+        return (f"  decided by the mean signed error, not by one element: the device {lean} by "
+                f"{_number(check.value, 3)} of each element's error bound on average, where "
+                f"{_number(check.limit, 3)} is allowed (mean relative error {_number(m.mean_rel_err, 3)}): "
+                f"a scaling or an offset, though each element may lie within its own bound")
+    if check.metric == "rounding_bias":
+        return (f"  decided by the direction of the errors, not by one element: {_share_of(check.value)} more "
+                f"elements err one way than the other, where {_share_of(check.limit)} is allowed")
+    return f"  decided by the mean over all {m.numel} elements ({check.metric}), not by one element"
+
+
+def _share_of(value: float) -> str:
+    return f"{100 * value:.3g}%"
+
+
+def _number(value: float | None, digits: int = 6) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return str(int(value))
+    return f"{value:.{digits}g}"
+
+
+def _share(part: int, whole: int) -> str:
+    share = 100 * part / whole if whole else 0.0
+    return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"
+
+
+def _relative(error: float, golden: float) -> str:
+    return _number(error / abs(golden), 3) if golden else "inf"
+
+
+def _value(value: float | None) -> str:
+    """Tensor values with enough digits to tell float32 neighbours apart."""
+    return _number(value, 9)
+
+
+def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
+    """(elements past the standard's per-element allowance, elements compared, what they are past)."""
+    m = verdict.metrics
+    own = verdict.standard.rpartition("+")[2]
+    if m.nonfinite_mismatch:
+        return m.nonfinite_mismatch, m.numel, "whose inf or nan disagrees with the golden"
+    if own == "binary":
+        return m.binary_mismatch, m.numel, "not bit-equal to the golden"
+    if not m.finite:
+        return None
+    if own == "absolute":
+        count = round(m.rel_err_ratio * m.normal_count) + round(m.small_value_err_ratio * m.small_count)
+        return count, m.finite, "past their relative (or near-zero absolute) tolerance"
+    if own == "ulp":
+        return round(m.ulp_over_ratio * m.finite), m.finite, "past the ulp threshold"
+    if own == "thousandth":
+        return m.finite - round(m.thousandth_ratio * m.finite), m.finite, "off by more than 0.1%"
+    return m.over_bound, m.finite, "past their error bound"
+
+
+def overflow_line(verdict: Verdict) -> str:
+    """What overflowed, where, and the dtype's largest finite value."""
+    m, w = verdict.metrics, verdict.worst
+    where = "" if w is None else (f"; first at [{', '.join(map(str, w.index)) or 'scalar'}]: device "
+                                  f"{_value(w.actual)}, golden {_value(w.golden)}")
+    what = "The result" if m.range_overflow else "An intermediate of this op"
+    return (f"  overflow: {m.overflow + m.range_overflow} / {m.numel} elements are inf on the device where the "
+            f"exact result is finite; {verdict.dtype} holds at most {_number(_dtype_max(verdict.dtype))}{where}. "
+            f"{what} leaves {verdict.dtype}'s range with these inputs: the dtype's limit, not a precision "
+            f"error of the kernel")
+
+
+def _dtype_max(dtype: str) -> float:
+    return float(torch.finfo(getattr(torch, dtype)).max)
+
+
+def render_message(verdict: Verdict) -> str:
+    """A stable, line-oriented description of a verdict; failing checks first."""
+    name = verdict.op or "<tensor>"
+    shape = "x".join(map(str, verdict.shape)) or "scalar"
+    lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]
+    # The first failing check, in the standard's order, decides: it leads in full, the rest share one line.
+    failures = verdict.failures
+    for check in failures[:1] or verdict.checks:
+        text = f"  {check.describe()}"
+        if check.baseline is not None:
+            text += f" (baseline {_number(check.baseline)})"
+        if check.status is not Status.PASS:
+            text += f"  [{check.status.value}]"
+        lines.append(text)
+        if meaning(check.metric):
+            lines.append(f"      = {meaning(check.metric)}")
+    if len(failures) > 1:
+        lines.append("  also failing: " + ", ".join(_brief(check) for check in failures[1:]))
+    if verdict.status is Status.OVERFLOW:
+        lines.append(overflow_line(verdict))
+    count = mismatched(verdict) if failures else None
+    if count is not None:
+        bad, total, what = count
+        lines.append(f"  mismatched elements: {bad} / {total} ({_share(bad, total)}) {what}")
+    if failures and failures[0].metric in MEAN_DECIDED:
+        lines.append(_decided_by_all(failures[0], verdict.metrics))
+    elif verdict.worst is not None:
+        w = verdict.worst
+        where = ", ".join(map(str, w.index)) or "scalar"
+        text = f"  worst element [{where}]: actual {_value(w.actual)}, golden {_value(w.golden)}"
+        if w.baseline is not None:
+            text += f", baseline {_value(w.baseline)}"
+        lines.append(text)
+        error = abs(w.actual - w.golden)
+        if verdict.failures and error == error:  # not nan
+            text = f"    error there: {_number(error, 3)} absolute, {_relative(error, w.golden)} relative"
+            if w.allowed is not None:
+                text += f"; the standard allows {_number(w.allowed, 3)}"
+            lines.append(text)
+    compared = "actual vs golden" + (" and baseline vs golden" if verdict.baseline_metrics else "")
+    lines.append(f"  compared: {compared}")
+    lines.extend(f"  note: {note}" for note in verdict.notes)
+    if verdict.status in (Status.ERROR, Status.WARNING):  # where to read what the failed checks mean
+        lines.append(f"  docs: {', '.join(failure_sections(verdict.standard, (c.metric for c in verdict.failures)))}")
+    return "\n".join(lines)
