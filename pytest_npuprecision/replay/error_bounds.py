@@ -12,9 +12,8 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..bounds.accumulation import (
-    ACCUMULATION_RULES, AccumulationRule, exactly_rounded, rounded_once, rounded_once_in_half,
-)
+from ..bounds.accumulation import ACCUMULATION_RULES, exactly_rounded, rounded_once, rounded_once_in_half
+from ..bounds.accumulation_rule import AccumulationRule
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
 from .sides import Side, blocked_matmul, flatten_outputs, golden_for, prepare, side_arguments, tensor_paths
