@@ -176,7 +176,7 @@ def test_the_failure_message(tmp_path):
           worst element [<n>]: actual <n>, golden <n>
             error there: 1 absolute, <n> relative; the standard allows <n>
           compared: actual vs golden
-          note: Custom.plus_one has no like= and no accumulation rule, so its bound assumes one rounding of one term per element (K = 1, no shared factor): a fused kernel that sums or normalizes errs past that. Register it with like= a built-in op taking the same arguments, give its case roundings: with a reason, or judge it with accumulation= (docs/op-cases.md#custom-ops)
+          note: Custom.plus_one has no like= and no accumulation rule, so its bound counts what its reference reads: one output element depends on one input element (autograd, at <n> outputs), so it is judged as one rounding of one term (K = 1). For a tighter or a wider bound, register it with like= a built-in op taking the same arguments, give its case roundings: with a reason, or judge it with accumulation= (docs/op-cases.md#custom-ops)
           note: second look: the op's conditioning at these inputs explains no element's error
           docs: docs/standards.md#error-bound
         device cpu vs golden: test_op_cases.identity in float64 on cpu

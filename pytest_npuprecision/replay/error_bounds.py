@@ -73,8 +73,10 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
     return forward_accumulation(op, list(args), dict(kwargs or {}), side, [])
 
 
-def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str]) -> Accumulation:
-    rule = ACCUMULATION_RULES.get(op.base_name)
+def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
+                         rule: AccumulationRule | None = None) -> Accumulation:
+    """rule: the op's (unknown_op_bounds.measured_rule for a user's op no table describes); default: the table's."""
+    rule = rule or ACCUMULATION_RULES.get(op.base_name)
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
     if rounded_once(op.base_name, args, kwargs):
         accumulation = replace(accumulation, rounded_once=True,
@@ -129,15 +131,16 @@ def _forward_sums(op, rule: AccumulationRule | None, args, kwargs, golden: Side,
 
 
 def grad_accumulations(op, args, kwargs, golden: Side, grad_paths, cotangents, out_numel: int,
-                        notes: list[str]) -> dict[str, Accumulation]:
+                        notes: list[str], rule: AccumulationRule | None = None) -> dict[str, Accumulation]:
     """K per input gradient; exact for the matmul family, a safe upper estimate elsewhere.
 
     For an op linear in each input (y = x @ w), an element of grad_x sums over every output element
     it fed, times the forward length, divided by the input's size: N for x [M,K] @ w [K,N], M for w,
     and the batch too when w was broadcast over it. Other reductions take the larger of their forward
     length and the broadcast ratio; elementwise ops just the broadcast ratio (a bias added over a batch).
+    rule: as forward_accumulation's.
     """
-    rule = ACCUMULATION_RULES.get(op.base_name)
+    rule = rule or ACCUMULATION_RULES.get(op.base_name)
     added = _added_path(rule, args, kwargs)
     k_forward = _forward_length(op, rule, args, kwargs, notes) - (added is not None)
     inputs = tensor_paths(args, kwargs)

@@ -6,7 +6,8 @@ default, or a GPU) computes with floating inputs raised to ``golden_dtype`` (flo
 to float32 for ops that have no float64 kernel. Each float output also gets an ``Accumulation``
 (reduction length, and for ops linear in their inputs the norm of the summed terms), which the
 error-bound standard uses to scale its limit. replay/sides.py runs each side; replay/error_bounds.py derives the
-Accumulation; this module pairs what they give.
+Accumulation (from a rule replay/unknown_op_bounds.py measures, for a user's op no table describes); this
+module pairs what they give.
 
 Every tensor in a ``RunResult`` is detached and on the golden's device, where the metrics are then
 computed: ``actual`` and ``baseline`` in the dtype their device produced, ``golden`` in the golden
@@ -27,6 +28,7 @@ from ..bounds.accumulation import ACCUMULATION_RULES
 from ..common.math_modes import MathMode, family_of
 from ..common.torch_compat import aminmax
 from ..dump.recorded import RecordedResults, leaf_gradients, positional_gradients
+from ..ops.registry import name_of
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
 from .cotangents import output_gradients
@@ -36,6 +38,7 @@ from .sides import (
     Forward, OpExecutionError, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths,
 )
 from .sign_alignment import aligned
+from .unknown_op_bounds import measured_rule
 
 
 class GoldenNotWide(ValueError):
@@ -232,11 +235,6 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     golden_op = op if reference is None else replace(op, func=reference)
     family_mode, float32_mode = _float32_mode(device_backend, golden_op, args, kwargs, notes)
     math_mode = family_mode if family_mode is not None and family_mode.reduced else None
-    if op.prefix == "Custom" and op.like is None and op.base_name not in ACCUMULATION_RULES:
-        notes.append(f"{op.api_name} has no like= and no accumulation rule, so its bound assumes one rounding of one "
-                     f"term per element (K = 1, no shared factor): a fused kernel that sums or normalizes errs past "
-                     f"that. Register it with like= a built-in op taking the same arguments, give its case "
-                     f"roundings: with a reason, or judge it with accumulation= (docs/op-cases.md#custom-ops)")
 
     device_side = Side(f"device ({device_backend.name})", device_backend, autocast=autocast, seed=seed)
     if recorded is None:
@@ -276,6 +274,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     notes.extend(golden_notes)
     if golden_side.float_dtype == torch.float64 and op.prefix not in _TORCH_PREFIXES:
         _check_wide(op, gold.outputs)
+    rule = measured_rule(golden_op, golden_side, notes) if _unknown(op) else None
 
     base_side = base = None
     base_grads: dict = {}
@@ -293,7 +292,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
 
     def accumulation(name: str, actual: torch.Tensor) -> Accumulation:
         if not forward_acc:
-            forward_acc.append(replace(forward_accumulation(golden_op, args, kwargs, golden_side, notes),
+            forward_acc.append(replace(forward_accumulation(golden_op, args, kwargs, golden_side, notes, rule),
                                        math_mode=math_mode))
         # A norm's rows share their factor in its result, not in the statistics it also returns.
         return forward_acc[0] if name == "output.0" else replace(forward_acc[0], shared=False, correlated=False)
@@ -323,7 +322,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         out_numel = sum(t.numel() for n, t in gold.outputs if n in cotangents and isinstance(t, torch.Tensor))
         accs = {name: replace(acc, math_mode=math_mode) for name, acc in
                 grad_accumulations(golden_op, args, kwargs, golden_side, grad_paths, cotangents, out_numel,
-                                   notes).items()}
+                                   notes, rule).items()}
         grads, grad_error = _pair(device_side, _named_grads(dev_grads), golden_side, _named_grads(gold_grads),
                                   notes, lambda n, t: accs.get(n))
         if base is not None:
@@ -338,6 +337,16 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         grads=tuple(grads), device_seconds=dev.seconds + dev_backward_seconds, golden_seconds=golden_seconds,
         baseline_seconds=baseline_seconds, notes=tuple(dict.fromkeys(notes)), error=forward_error or error,
         overflowed=overflowed, float32_mode=float32_mode)
+
+
+def _unknown(op: ResolvedOp) -> bool:
+    """A user's op (a registered one, or a function given to check_call) that no accumulation rule
+    describes, by its name or its like=: its bound is read from its reference (unknown_op_bounds.py)."""
+    if op.like is not None or op.base_name in ACCUMULATION_RULES:
+        return False
+    if op.prefix not in _TORCH_PREFIXES:
+        return True
+    return op.func is not None and name_of(op.func) is not None
 
 
 def _check_wide(op: ResolvedOp, outputs: Sequence[tuple[str, Any]]) -> None:
