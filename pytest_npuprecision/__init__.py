@@ -14,13 +14,14 @@ _EXPORTS = {
     "Backend": "backends", "BackendError": "backends", "BackendInfo": "backends",
     "assert_precise": "checks.judging", "judge": "checks.judging",
     "Accumulation": "precision.metrics", "Metrics": "precision.metrics",
-    "capture": "capturing", "Capture": "capturing", "CaptureGapWarning": "capturing",
+    "capture": "capturing.recorder", "Capture": "capturing.recorder", "CaptureGapWarning": "capturing.recorder",
     "CallVerdict": "checks.one_call", "assert_call_precise": "checks.one_call", "check_call": "checks.one_call",
-    "call": "opcases", "register_op": "opcases", "unregister_op": "opcases",
+    "call": "opcases.spec", "register_op": "ops.registry", "unregister_op": "ops.registry",
     "precision_case": "plugin.op_case_items",
     "input_spread": "replay.perturbed",
     "Rules": "precision.rules",
-    "Check": "precision.verdict", "Element": "precision.verdict", "Status": "precision.verdict", "Verdict": "precision.verdict", "render_message": "precision.verdict",
+    "Check": "precision.verdict", "Element": "precision.verdict", "Status": "precision.verdict",
+    "Verdict": "precision.verdict", "render_message": "precision.verdict",
 }
 __all__ = sorted(_EXPORTS)
 
