@@ -141,7 +141,7 @@ def _run_lint(lint: str, root: Path) -> subprocess.CompletedProcess:
 def test_the_layers_contract_holds():
     done = _run_lint(_lint_imports(), ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 kept, 0 broken" in done.stdout
+    assert ", 0 broken" in done.stdout and "BROKEN" not in done.stdout
 
 
 def test_an_upward_import_breaks_the_layers_contract(tmp_path):

@@ -5,6 +5,8 @@
     cpu, cuda[:N], npu[:N], or any other torch device type (xpu:0, mps)
     module:object   a user's backend: a Backend instance, or a class or function that makes one
     NAME            a backend installed under the ``pytest_npuprecision.backends`` entry-point group
+
+Layer: beside ``ops``, under ``dump`` (docs/architecture.md); imports only ``common``.
 """
 
 from __future__ import annotations

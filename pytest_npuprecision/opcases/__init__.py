@@ -4,6 +4,8 @@ Core (no pytest): spec (records), schema (YAML -> records), draw (records -> Hyp
 strategies), run (one example: run and judge), search (Hypothesis search, profiles), regression
 (failing examples -> fixed YAML cases), message (failure text). Custom ops are registered in
 ops/registry.py. The pytest layer, YAML items and ``precision_case``, is plugin/op_case_items.py.
+
+Layer: beside ``capturing``, over ``reports`` (docs/architecture.md); imports ``reports`` and below.
 """
 
 from __future__ import annotations

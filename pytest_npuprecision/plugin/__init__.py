@@ -4,6 +4,8 @@ Every pytest run in an environment where the plugin is installed loads this modu
 pytest layer is registered only when the run checks a dump, collects an op case, or asks for a
 report or a gate: plugin/active.py (the reports and the gate, without torch) and, where this process runs
 cases, plugin/collecting.py (torch, the dump cases, op cases and Hypothesis).
+
+Layer: the top one (docs/architecture.md); it may import every other package.
 """
 
 from __future__ import annotations
