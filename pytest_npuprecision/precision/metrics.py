@@ -87,9 +87,7 @@ class Accumulation:
 class MetricParams:
     """Per-dtype constants that shape the metrics themselves (from the threshold table)."""
 
-    small_value: float  # |golden| below this is judged by absolute, not relative, error
-    small_value_atol: float
-    rtol: float  # relative tolerance of the absolute-threshold standard
+    rtol: float  # relative tolerance of the absolute-threshold standard (element_bound.small_value_rule below it)
     ulp_threshold: float  # an element erring by more ULP than this counts as "over"
     thousandth_rtol: float  # relative error that still counts towards the thousandth ratio
 
@@ -135,7 +133,7 @@ class Metrics:
     max_abs_err: float
     mean_abs_err: float
     rmse: float
-    max_rel_err: float  # over normal values: |golden| >= small_value, and not cancelled (see CANCELLED)
+    max_rel_err: float  # over normal values: |golden| >= the smallest normal, and not cancelled (see CANCELLED)
     mean_rel_err: float
     normal_count: int
     small_count: int
