@@ -138,7 +138,7 @@ class Metrics:
     normal_count: int
     small_count: int
     rel_err_ratio: float  # share of normal values with relative error > rtol
-    small_value_err_ratio: float  # share of small values with absolute error > small_value_atol
+    small_value_err_ratio: float  # share of subnormal results past the small-value rule (element_bound)
     error_balance: float  # (#above - #below) / #finite against the golden rounded to the dtype
     magnitude_balance: float  # (#larger - #smaller in magnitude) / #finite, where |golden| > bound: truncation
     max_ulp_err: float
