@@ -22,7 +22,7 @@ from pytest_npuprecision.precision.rules import OpRule, Rules
 DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 BOMB = "\n".join(["a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)])
-DTYPE_CONSTANTS = "small_value, small_value_atol, rtol, ulp_threshold, thousandth_rtol, benchmark_floor"
+DTYPE_CONSTANTS = "rtol, ulp_threshold, thousandth_rtol, benchmark_floor"
 STANDARDS = "binary, absolute, ulp, thousandth, error_bound, benchmark"
 
 BAD_RULES = {
@@ -42,6 +42,9 @@ BAD_RULES = {
                        "ops.gelu.limits.ulp.max_ulp_err: expected a finite number >= 0, got 'lots'"),
     "a null limit": ("standards: {ulp: {default: {max_ulp_err: null}}}",
                      "standards.ulp.default.max_ulp_err: expected a finite number >= 0, got None"),
+    "msprobe's small-value threshold": ("dtypes: {float32: {small_value: 1.0e-6}}",
+                                        "dtypes.float32.small_value: is not a constant of a dtype (the small-value "
+                                        f"rule follows the dtype's range): use {DTYPE_CONSTANTS}"),
     "a null dtype constant": ("dtypes: {float32: {rtol: null}}",
                               "dtypes.float32.rtol: expected a finite number >= 0, got None"),
     "a null standard section": ("standards: {ulp: null}",
@@ -67,7 +70,7 @@ BAD_RULES = {
                                              "standards.ulp.fp32: is unknown: use a metric of ulp (max_ulp_err, "
                                              "mean_ulp_err, ulp_over_ratio) or a float dtype or default"),
     "a new dtype without every constant": ("dtypes: {float8_e8m0fnu: {rtol: 0.5}}",
-                                           "dtypes.float8_e8m0fnu: lacks small_value, small_value_atol, ulp_threshold, "
+                                           "dtypes.float8_e8m0fnu: lacks ulp_threshold, "
                                            "thousandth_rtol: give every constant of a dtype the shipped table does "
                                            "not have"),
     "an unknown level": ("levels: {L9: [gelu]}", "levels.L9: is not a level: use L0, L1, L2"),
@@ -111,6 +114,12 @@ def test_a_bad_rules_file_is_a_usage_error_naming_the_file_and_key(pytester, pro
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"ERROR: rules.yaml: {message}" in result.stderr.lines
     assert not (pytester.path / "PWNED").exists()
+
+
+def test_msprobes_small_value_constants_from_python_are_an_error_not_ignored():
+    with pytest.raises(ValueError, match="^dtypes.float32: small_value_atol is not a constant of a dtype: use rtol, "
+                                         "ulp_threshold, thousandth_rtol or benchmark_floor$"):
+        Rules.default().merged({"dtypes": {"float32": {"small_value_atol": 1e-9}}})
 
 
 def _file_of_kind(path, kind):

@@ -51,9 +51,9 @@ def test_passing_message_lists_every_check_and_the_baseline():
     assert "  rmse_ratio = 1 <= limit 2 (baseline 0.0057735)" in text
     assert "worst element [2]: actual 3, golden 3.01, baseline 3\n  compared: actual vs golden and baseline vs golden" in text
     # The op's own standard judges beside the ratios, except where the baseline breaks it too.
-    assert "  max_bound_ratio = 3.40175 <= limit 8 (baseline 3.40175)" in text
-    assert text.endswith("  note: error_bound's mean_bound_ratio = 1.13392 > limit 1 is forgiven: the baseline's is "
-                         "1.13392, past the limit too, so the benchmark ratios alone judge it")
+    assert "  max_bound_ratio = 3.40168 <= limit 8 (baseline 3.40168)" in text
+    assert text.endswith("  note: error_bound's mean_bound_ratio = 1.13389 > limit 1 is forgiven: the baseline's is "
+                         "1.13389, past the limit too, so the benchmark ratios alone judge it")
 
 
 def test_nan_gate_message_points_at_the_nan():

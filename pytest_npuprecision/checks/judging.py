@@ -11,6 +11,7 @@ import torch
 from ..bounds.accumulation import ACCUMULATION_RULES
 from ..common.dtypes import float_format, parse_dtype
 from ..common.math_modes import DEFAULT_POLICY, POLICIES, MathMode
+from ..precision.element_bound import small_value_rule
 from ..precision.measuring import compute_metrics, compute_metrics_each
 from ..precision.metrics import Accumulation, Metrics, element_index
 from ..precision.rules import STANDARD_NAMES, OpName, Rules, parse_op_name
@@ -224,7 +225,8 @@ class _Judgement:
             baseline_metrics=base_metrics,
             worst=_with_allowance(_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
                                   worst_standard.name if worst_field == worst_standard.worst else None, metrics,
-                                  params, rules.limits_for(worst_standard.name, target, rule), target),
+                                  params, rules.limits_for(worst_standard.name, target, rule), target,
+                                  self.accumulation.roundings),
             notes=all_notes,
         )
 
@@ -309,19 +311,21 @@ def _element(flat_index: int, actual, golden, baseline) -> Element | None:
 
 
 def _with_allowance(element: Element | None, standard: str | None, metrics: Metrics, params, limits,
-                    dtype: torch.dtype) -> Element | None:
+                    dtype: torch.dtype, roundings: int) -> Element | None:
     """The element with the error its standard allows there, in the tensor's own units (None where the
     standard judges no single element: the benchmark ratios, a disagreeing inf or nan)."""
     if element is None or standard is None or not math.isfinite(element.golden):
         return element
     g = abs(element.golden)
+    small_value, small_value_atol = small_value_rule(float_format(dtype) if dtype.is_floating_point else None,
+                                                     params.rtol, roundings)
     allowed = None
     if standard == "binary":
         allowed = 0.0
     elif standard == "absolute":
-        allowed = params.rtol * g if g >= params.small_value else params.small_value_atol
+        allowed = params.rtol * g if g >= small_value else small_value_atol
     elif standard == "thousandth":
-        allowed = params.thousandth_rtol * g + params.small_value_atol
+        allowed = params.thousandth_rtol * g + small_value_atol
     elif standard == "ulp" and "max_ulp_err" in limits and dtype.is_floating_point:
         fmt = float_format(dtype)
         exponent = math.frexp(max(g, math.ldexp(1.0, fmt.min_exponent)))[1] - 1

@@ -22,16 +22,36 @@ def flat_term_norm(term_norm, shape, device, work):
     return norm.broadcast_to(shape).reshape(-1)
 
 
+def subnormal_floor(fmt: FloatFormat, roundings: int) -> float:
+    """What a fair result may err by where it is subnormal, however small it is: half a quantum (the
+    format's smallest subnormal) for rounding the output, and a whole one for each intermediate
+    rounding, whose error later steps scale (a float16 division's divisor gradient -g·((x/y)/y)
+    rounds three times and errs about 3 quanta there). Relative to a normal result it is negligible."""
+    return (0.5 + roundings) * fmt.smallest_subnormal
+
+
+def small_value_rule(fmt: FloatFormat | None, rtol: float, roundings: int) -> tuple[float, float]:
+    """The absolute standard's two regimes: below the smallest normal number, where the format's spacing
+    stops shrinking, an element may err by rtol times that number (what rtol allows the smallest normal
+    result) plus a quantum per intermediate rounding; above it, by rtol of its own size. Both follow
+    the dtype's range, not the data's scale. Outputs that are no float have no small values."""
+    if fmt is None:
+        return 1.0, 0.0
+    smallest_normal = math.ldexp(1.0, fmt.min_exponent)
+    return smallest_normal, rtol * smallest_normal + roundings * fmt.smallest_subnormal
+
+
 def error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: float, golden_rms: float, work,
-                input_share: float = 0.0):
-    """u·|golden| + per_scale·scale (+ the sensitivity's and the math mode's shares): see ErrorBound."""
+                input_share: float = 0.0, roundings: int = 0):
+    """u·|golden| + per_scale·scale + the subnormal floor (+ the sensitivity's and the math mode's
+    shares): see ErrorBound."""
     scale = abs_g.clamp(min=golden_rms)
     terms = None
     if term_norm is not None:  # terms that overflowed or are NaN say nothing: the plain scale there
         finite = torch.isfinite(term_norm)
         scale = torch.where(finite, term_norm + abs_g, scale)
         terms = torch.where(finite, term_norm, scale) if input_share else None
-    floor = max(fmt.smallest_subnormal / 2, torch.finfo(work).tiny)
+    floor = max(subnormal_floor(fmt, roundings), torch.finfo(work).tiny)
     bound = fmt.unit_roundoff * abs_g + per_scale * scale + floor
     if input_share:  # rounded inputs err per term, so they cancel with the terms, not with |golden|
         bound = bound + input_share * (scale if terms is None else terms)

@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from ..common.dtypes import FloatFormat, float_format
-from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm
+from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, small_value_rule
 from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices
 from .row_statistics import alike_rows, repetition_of, row_statistics, shared_shift
 
@@ -167,10 +167,11 @@ class _GoldenChunk:
         # |golden| where it is finite: an element either side leaves non-finite is masked by its caller.
         abs_g = self.g.abs() if self.all_finite else torch.where(torch.isfinite(self.g), self.g.abs(), 0)
         self.abs_g = abs_g
-        self.small = abs_g < params.small_value
+        small_value, self.small_value_atol = small_value_rule(fmt, params.rtol, acc.roundings)
+        self.small = abs_g < small_value
         # relative errors only where the sum did not cancel
         self.uncancelled = None if term_norm is None else abs_g >= CANCELLED * term_norm
-        self.rel_scale = abs_g.clamp(min=params.small_value)
+        self.rel_scale = abs_g.clamp(min=small_value)
         self.ulp = self.bound = self.rounding = self.settled = self.constant_share = None
         if fmt is None:
             return
@@ -178,7 +179,7 @@ class _GoldenChunk:
         exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
         self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
         self.bound = error_bound(abs_g, term_norm, sensitivity, fmt, acc.per_scale(fmt), golden_rms, work,
-                                  acc.input_share(fmt))
+                                  acc.input_share(fmt), acc.roundings)
         # Where the golden lies within its bound of zero (a sum that cancelled: a conv's bias gradient
         # ahead of a batch norm) any error makes |actual| larger: that says nothing of a scaling, so
         # growth in magnitude counts only where the golden's sign is settled.
@@ -257,9 +258,9 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         zero if all_finite else count(inf_a), zero if all_finite else count(inf_g),
         zero if all_finite else count(nonfinite_mismatch), n - count(same),
         abs_err.sum(), torch.dot(abs_err, abs_err), count(normal), rel.sum(), count(rel > params.rtol),
-        count(small), count(small & (abs_err > params.small_value_atol)), count(signed > 0), count(signed < 0),
+        count(small), count(small & (abs_err > golden.small_value_atol)), count(signed > 0), count(signed < 0),
         count(growth > 0), count(growth < 0), ulp_err.sum(), count(ulp_err > params.ulp_threshold),
-        count(((abs_err <= params.thousandth_rtol * abs_g + params.small_value_atol) | (bound_ratio <= 1)) & both),
+        count(((abs_err <= params.thousandth_rtol * abs_g + golden.small_value_atol) | (bound_ratio <= 1)) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
     )).to(torch.float64)

@@ -87,9 +87,7 @@ class Accumulation:
 class MetricParams:
     """Per-dtype constants that shape the metrics themselves (from the threshold table)."""
 
-    small_value: float  # |golden| below this is judged by absolute, not relative, error
-    small_value_atol: float
-    rtol: float  # relative tolerance of the absolute-threshold standard
+    rtol: float  # relative tolerance of the absolute-threshold standard (element_bound.small_value_rule below it)
     ulp_threshold: float  # an element erring by more ULP than this counts as "over"
     thousandth_rtol: float  # relative error that still counts towards the thousandth ratio
 
@@ -135,12 +133,12 @@ class Metrics:
     max_abs_err: float
     mean_abs_err: float
     rmse: float
-    max_rel_err: float  # over normal values: |golden| >= small_value, and not cancelled (see CANCELLED)
+    max_rel_err: float  # over normal values: |golden| >= the smallest normal, and not cancelled (see CANCELLED)
     mean_rel_err: float
     normal_count: int
     small_count: int
     rel_err_ratio: float  # share of normal values with relative error > rtol
-    small_value_err_ratio: float  # share of small values with absolute error > small_value_atol
+    small_value_err_ratio: float  # share of subnormal results past the small-value rule (element_bound)
     error_balance: float  # (#above - #below) / #finite against the golden rounded to the dtype
     magnitude_balance: float  # (#larger - #smaller in magnitude) / #finite, where |golden| > bound: truncation
     max_ulp_err: float

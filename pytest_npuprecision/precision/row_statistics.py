@@ -124,7 +124,7 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
         abs_g = torch.where(finite, g.abs(), 0)
-        bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work)
+        bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
         total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
         count += int(finite.sum())
         # signs against the golden as the dtype holds it, as error_balance counts them
@@ -134,7 +134,8 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
         if once:  # the elements GoldenChunk.rounding picks, counted per row
-            dominated = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work) <= \
+            dominated = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work,
+                                    roundings=acc.roundings) <= \
                 ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
             dominated &= signed
             growth = torch.where(abs_g > 0, torch.sign(a.abs() - g_round.abs()), 0)

@@ -261,7 +261,11 @@ def _params_dict(params: MetricParams | None) -> dict:
 
 
 def _params(name: str, values: Mapping) -> MetricParams:
-    keys = ("small_value", "small_value_atol", "rtol", "ulp_threshold", "thousandth_rtol")
+    keys = ("rtol", "ulp_threshold", "thousandth_rtol")
+    unknown = sorted(set(values) - {*keys, "benchmark_floor"})
+    if unknown:  # small_value and small_value_atol follow the dtype's range now (element_bound.small_value_rule)
+        raise ValueError(f"dtypes.{name}: {', '.join(unknown)} is not a constant of a dtype: use "
+                         f"{', '.join(keys)} or benchmark_floor")
     missing = [k for k in keys if k not in values]
     if missing:
         raise ValueError(f"dtypes.{name}: lacks {', '.join(missing)}: give every constant of a dtype the shipped "

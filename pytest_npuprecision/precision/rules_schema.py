@@ -42,10 +42,8 @@ Limit = Annotated[Union[Annotated[LimitNumber, Tag("(number)")], Annotated[Limit
 
 
 class DtypeConstants(Record):
-    what = ("a mapping of the dtype's constants (small_value, small_value_atol, rtol, ulp_threshold, "
-            "thousandth_rtol, benchmark_floor)")
-    small_value: LimitNumber = None
-    small_value_atol: LimitNumber = None
+    what = "a mapping of the dtype's constants (rtol, ulp_threshold, thousandth_rtol, benchmark_floor)"
+    unknown = "is not a constant of a dtype (the small-value rule follows the dtype's range)"
     rtol: LimitNumber = None
     ulp_threshold: LimitNumber = None
     thousandth_rtol: LimitNumber = None

@@ -183,9 +183,9 @@ class Benchmark(Standard):
         }
         # Where the device meets its own bound with the floors' margin, some ratios measure the
         # baseline's care rather than the device's fault, and only warn:
-        # - the small-value share: a small value's error may pass small_value_atol by far where a fair
-        #   kernel's bound allows it (an unfused bias rounds the product first: 80 % of float16
-        #   near-zero outputs, against a fused kernel's none);
+        # - the small-value share: a subnormal result's error may pass the small-value rule by far
+        #   where a fair kernel's bound allows it (an unfused bias rounds the product first, and
+        #   outputs that cancel to subnormals keep its error, against a fused kernel's none);
         # - RMSE and error balance, for an op that sums nothing (each element one function value:
         #   gelu's 1 + erf cancels below -3, an erfc-based peer errs 100x less and rounds the other
         #   way), or whose errors show no offset: a sequential sum errs 4-9x a pairwise one, two
@@ -212,7 +212,8 @@ class Benchmark(Standard):
 
 
 class AbsoluteThreshold(Standard):
-    """Every normal element within rtol, every small element within small_value_atol."""
+    """Every normal element within rtol, every subnormal one within rtol of the smallest normal number
+    (element_bound.small_value_rule): the verdict does not depend on the data's scale."""
 
     name, worst = "absolute", "rel"
 
