@@ -215,3 +215,16 @@ def test_a_dump_json_file_is_a_dump_and_any_other_file_a_recorded_baseline(pytes
     result, _ = run(pytester, npu, tmp_path / "other.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "is not a pytest-npuprecision record" in result.stderr.str()
+
+
+def test_the_html_report_shows_where_the_dumps_first_part(pytester, pair):
+    npu, gpu = pair
+    html = pytester.path / "report.html"
+    run(pytester, npu, gpu, "--npu-precision-html", str(html))
+    page = html.read_text()
+    section = page[page.index('<section id="dump-pair">'):]
+    section = section[:section.index("</section>")]
+    assert "Where the two dumps first part" in section
+    assert "step0/rank0::Torch.softmax.0.forward" in section and "rmse_ratio" in section
+    assert "pairing: " in section
+    assert "baseline: step0/rank0::Torch.softmax.0.forward of " in page
