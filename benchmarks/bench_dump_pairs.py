@@ -22,6 +22,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_dump import run_dump  # noqa: E402
 
 from capture_step import build  # noqa: E402
 from planted_dumps import PLANTED, _Planted  # noqa: E402
@@ -30,7 +33,7 @@ from faulty_backend import FaultyBackend  # noqa: E402
 from pytest_npuprecision import capture  # noqa: E402
 from pytest_npuprecision.backends import DumpedOutputs  # noqa: E402
 from pytest_npuprecision.checks.baseline_dump import BaselineDump  # noqa: E402
-from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case  # noqa: E402
+from pytest_npuprecision.checks.dump_case import Settings  # noqa: E402
 from pytest_npuprecision.dump.dump_cases import load_dump  # noqa: E402
 from pytest_npuprecision.dump.locations import find_dump_files  # noqa: E402
 
@@ -52,20 +55,10 @@ def repeated_dump(folder: Path, passes: int, planted: bool) -> Path:
     return folder
 
 
-def judge_all(root: Path, settings: Settings) -> tuple[float, int, int]:
-    """(seconds, cases judged, cases that failed) over every case of the dump under ``root``."""
-    judged = failed = 0
-    started = time.perf_counter()
-    for path in find_dump_files(root):
-        dump = load_dump(path)
-        for case in dump.cases:
-            try:
-                result = run_case(case, dump.data_dir, settings)
-            except (CaseSkipped, CaseInputError):
-                continue
-            judged += 1
-            failed += result.status.value == "error"
-    return time.perf_counter() - started, judged, failed
+def judge_all(root: Path, settings: Settings) -> tuple[float, int]:
+    """(seconds, cases judged) over every case of the dump under ``root``."""
+    _, judged, _, seconds = run_dump(root, settings)
+    return seconds, judged
 
 
 def main() -> None:
@@ -79,20 +72,20 @@ def main() -> None:
         gpu = repeated_dump(Path(tmp) / "gpu", args.passes, planted=False)
         entries = len(load_dump(next(iter(find_dump_files(npu)))).cases)
         alone = Settings(device=DumpedOutputs())
-        best: dict[str, tuple[float, int, int]] = {}
+        best: dict[str, tuple[float, int]] = {}
         for _ in range(args.repeat):
             started = time.perf_counter()
             pair = Settings(device=DumpedOutputs(), baseline=BaselineDump.load(gpu))  # pairing, once
             loading = time.perf_counter() - started
             runs = {"npu alone": judge_all(npu, alone), "gpu alone": judge_all(gpu, alone)}
-            seconds, judged, failed = judge_all(npu, pair)
-            runs["pair"] = (seconds + loading, judged, failed)
+            seconds, judged = judge_all(npu, pair)
+            runs["pair"] = (seconds + loading, judged)
             for name, run in runs.items():
                 if name not in best or run[0] < best[name][0]:
                     best[name] = run
     print(f"{entries} entries per dump, {best['pair'][1]} judged; fastest of {args.repeat}")
-    for name, (seconds, judged, failed) in best.items():
-        print(f"  {name:10s} {seconds:7.2f} s  {1e3 * seconds / judged:6.2f} ms/case  {failed} failed")
+    for name, (seconds, judged) in best.items():
+        print(f"  {name:10s} {seconds:7.2f} s  {1e3 * seconds / judged:6.2f} ms/case")
     together = best["npu alone"][0] + best["gpu alone"][0]
     print(f"pair / (npu alone + gpu alone) = {best['pair'][0] / together:.3f}")
 
