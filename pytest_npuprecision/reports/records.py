@@ -113,7 +113,8 @@ def junit_properties(record: dict) -> list[tuple[str, str]]:
 
 # Options that write or judge every record whole on the controller; without them it prints the summary alone.
 _WHOLE_RECORDS = ("npu_precision_report", "npu_precision_html", "npu_precision_record", "npu_precision_known_failures")
-_COUNTED_ONLY = ("pass", "skip")  # statuses the summary only counts, with their outputs' standards
+_COUNTED_ONLY = ("pass", "skip")
+_PAIRING = ("dump", "baseline-only")  # baseline states the summary counts; "unpaired" records travel whole  # statuses the summary only counts, with their outputs' standards
 
 
 def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
@@ -126,6 +127,6 @@ def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
         return record
     return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
             "status": record["status"], **({"reason": record["reason"]} if record["reason"] else {}),
-            # Beside a baseline dump, the summary counts the paired entries.
-            **({"baseline_state": record["baseline_state"]} if record["baseline_state"] == "dump" else {}),
+            # Beside a baseline dump, the summary counts the paired entries and those only the baseline holds.
+            **({"baseline_state": record["baseline_state"]} if record["baseline_state"] in _PAIRING else {}),
             "outputs": [{"standard": o["standard"], "status": o["status"]} for o in record["outputs"]]}
