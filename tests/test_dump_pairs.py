@@ -233,3 +233,14 @@ def test_the_html_report_shows_where_the_dumps_first_part(pytester, pair):
     assert "step0/rank0::Torch.softmax.0.forward" in section and "rmse_ratio" in section
     assert "pairing: " in section
     assert "baseline: step0/rank0::Torch.softmax.0.forward of " in page
+
+
+def test_a_partner_that_cannot_be_judged_leaves_the_case_judged_on_its_own(pytester, tmp_path, pair):
+    npu, gpu = _copies(tmp_path, pair)
+    entry = json.loads((gpu / "step0/rank0/dump.json").read_text())["data"]["Torch.bmm.0.forward"]
+    (gpu / "step0/rank0/dump_tensor_data" / entry["output"][0]["data_name"]).unlink()
+    result, records = run(pytester, npu, gpu)
+    record = records["step0/rank0::Torch.bmm.0.forward"]
+    assert record["status"] == "pass" and record["unpaired"] == "partner-not-judged"
+    assert any("cannot be judged" in note and "Torch.bmm.0.forward" in note for note in record["notes"])
+    result.stdout.fnmatch_lines(["pairing: *; 1 judged on their own standard: 1 the partner cannot be judged *"])

@@ -139,7 +139,9 @@ class CaseResult:
     # With a baseline dump: each output's checks by which the device errs worse than the baseline dump
     # beyond the benchmark's limits ("output.0: max_scaled_err_ratio = 31 > limit 5"): where the dumps part.
     parted: tuple[str, ...] = ()
-    unpaired: str = ""  # why a case has no partner in a baseline dump: one of UNPAIRED
+    # Why a case has no partner in a baseline dump: "absent" (no such entry there), "no-such-dump" (none of
+    # its step and rank), "arguments-differ" (shapes or dtypes), "partner-not-judged" (the partner skips).
+    unpaired: str = ""
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -184,7 +186,6 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     prints = fingerprint(materialized)
     recorded = _recorded(case, prints, settings.baseline)
     partner, unpaired = _partner(case, settings) if isinstance(settings.baseline, BaselineDump) else (None, None)
-    # unpaired: (why in one word, what the notes say), for a case that has no partner in a baseline dump
     inputs = materialized.with_device(settings.device.device)
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
     forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
@@ -306,12 +307,6 @@ def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCas
             f"{difference}. Compare runs of the same dump, with the same torch version (synthetic inputs "
             f"come from torch's generators), or record the baseline again")
     return entry
-
-
-# Why a case of a dump judged beside a baseline dump has no partner there.
-UNPAIRED = {"absent": "the baseline dump has no such entry", "no-such-dump": "the baseline dump has no dump of "
-            "its step and rank", "arguments-differ": "the two calls' argument shapes or dtypes differ",
-            "partner-not-judged": "the partner entry cannot be judged offline"}
 
 
 def _partner(case: DumpCase, settings: Settings) -> tuple[CaseResult | None, tuple[str, str] | None]:

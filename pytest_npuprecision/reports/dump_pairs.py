@@ -12,7 +12,7 @@ from collections import Counter
 from ..common.shown_text import shown_key
 
 _LISTED = 3
-# Why a device entry had no partner, as the summary says it (checks/dump_case.py's UNPAIRED, shortened).
+# Why a device entry had no partner (CaseResult.unpaired), as the summary says it.
 _WHY = {"absent": "not in the baseline dump", "no-such-dump": "no baseline dump of their step and rank",
         "arguments-differ": "argument shapes or dtypes differ", "partner-not-judged": "the partner cannot be judged"}
 
