@@ -47,6 +47,8 @@ def test_the_planted_pair_fails_exactly_the_planted_ops_and_parts_at_the_first(p
     result.stdout.fnmatch_lines([
         f"pairing: {len(judged)} of {len(judged)} judged entries paired with the baseline dump",
         "where the dumps first part in step0/rank0: Torch.softmax.0.forward (output.0: *)"])
+    result.stdout.fnmatch_lines(["case step0/rank0::Torch.softmax.0.forward, seed *, baseline gpu (a pytorch dump, 1 "
+                                 "dump.json file): its entry step0/rank0::Torch.softmax.0.forward, on its own pass"])
     first = records["step0/rank0::Torch.softmax.0.forward"]
     assert first["parted"] and first["status"] == "error"
     assert all(not r["parted"] for case_id, r in records.items() if case_id not in planted)

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from ..checks.dump_case import CaseInputError, CaseSkipped, OutputVerdict, ReplayError, run_case
+from ..checks.dump_case import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
 from ..common.shown_text import shown_key
 from ..common.warning_types import JudgedDtypeWarning
 from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
@@ -215,12 +215,12 @@ class DumpCaseItem(pytest.Item):
             return
         gate = self.config.stash.get(gating.GATE, None)
         worse = gate.regressions(record) if gate is not None else []
-        record["message"] = message = self._message(failing)
+        record["message"] = message = self._message(failing, result.partner)
         if worse:
             raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
         raise PrecisionFailure(message)
 
-    def _message(self, failing: list[OutputVerdict]) -> str:
+    def _message(self, failing: list[OutputVerdict], partner: CaseResult | None) -> str:
         parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
         if any(out.verdict.status is Status.WARNING for out in failing):
             parts.append(STRICT_WARNINGS_NOTE)
@@ -228,8 +228,10 @@ class DumpCaseItem(pytest.Item):
         root = self.parent.parent.path
         rerun = rerun_command(self.config, "--npu-precision", str(root), "--npu-precision-case", self.case.case_id)
         settings = settings_for(self.config)
+        # Beside a baseline dump: which entry of it was the baseline, and its own verdict.
+        entry = f": its entry {partner.case.case_id}, on its own {partner.status.value}" if partner else ""
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
-                     f"{settings.golden_label}, baseline {settings.baseline_label}")
+                     f"{settings.golden_label}, baseline {settings.baseline_label}{entry}")
         parts.append(f"rerun: {rerun}")
         return "\n".join(parts)
 
