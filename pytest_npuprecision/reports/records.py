@@ -35,7 +35,8 @@ def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, o
         "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
         "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
         "message": message, "seconds": None, "op_seconds": None, "outputs": [], "guesses": [],
-        "dtype_differences": [], "float32_mode": None, "error_data": None, "baseline_case": None, "parted": [], "unpaired": "",
+        "dtype_differences": [], "float32_mode": None, "error_data": None, "baseline_case": None, "parted": [],
+        "unpaired": "",
     }
 
 
@@ -113,8 +114,8 @@ def junit_properties(record: dict) -> list[tuple[str, str]]:
 
 # Options that write or judge every record whole on the controller; without them it prints the summary alone.
 _WHOLE_RECORDS = ("npu_precision_report", "npu_precision_html", "npu_precision_record", "npu_precision_known_failures")
-_COUNTED_ONLY = ("pass", "skip")
-_PAIRING = ("dump", "baseline-only")  # baseline states the summary counts; "unpaired" records travel whole  # statuses the summary only counts, with their outputs' standards
+_COUNTED_ONLY = ("pass", "skip")  # statuses the summary only counts, with their outputs' standards
+_PAIRING = ("dump", "baseline-only")  # baseline states the summary counts; "unpaired" records travel whole
 
 
 def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
@@ -123,7 +124,8 @@ def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
     Most cases of a large run pass, and a whole record costs a JSON encoding on the worker, a decoding
     on the controller and the bytes between them."""
     if (any(config.getoption(name) for name in _WHOLE_RECORDS) or record["status"] not in _COUNTED_ONLY
-            or record.get("baseline_state") in ("missing", "unpaired") or any(o.get("excused") for o in record["outputs"])):
+            or record.get("baseline_state") in ("missing", "unpaired")
+            or any(o.get("excused") for o in record["outputs"])):
         return record
     return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
             "status": record["status"], **({"reason": record["reason"]} if record["reason"] else {}),
