@@ -70,8 +70,10 @@ class BaselineDump:
 
 
 def is_dump_path(value: str) -> bool:
-    """A folder, or a file named dump.json: a dump; any other file is a recorded baseline."""
-    return os.path.isdir(value) or os.path.basename(value) == "dump.json"
+    """A folder, or a file named dump.json: a dump. Any other file, and a folder named like a record
+    (``gpu.json/``, a mistake the record's reader names), is a recorded baseline."""
+    name = os.path.basename(os.path.normpath(value))
+    return name == "dump.json" or (os.path.isdir(value) and not name.endswith(".json"))
 
 
 def _holds_tensors(dump: DumpFile) -> bool:
