@@ -246,3 +246,33 @@ def test_a_partner_that_cannot_be_judged_leaves_the_case_judged_on_its_own(pytes
     assert record["status"] == "pass" and record["unpaired"] == "partner-not-judged"
     assert any("cannot be judged" in note and "Torch.bmm.0.forward" in note for note in record["notes"])
     result.stdout.fnmatch_lines(["pairing: *; 1 judged on their own standard: 1 the partner cannot be judged *"])
+
+
+# ---------------------------------------------------------------- the shipped example dumps
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "dumps"
+
+
+@pytest.mark.parametrize("name", ["mlp_tensor", "attention_bf16_tensor", "npu_llm_tensor"])
+def test_every_example_dump_beside_itself_passes_and_parts_nowhere(pytester, name):
+    result, records = run(pytester, EXAMPLES / name, EXAMPLES / name)
+    assert records and not _failing(records)
+    assert all(r["baseline_state"] == "dump" for r in records.values() if r["status"] != "skip")
+    result.stdout.fnmatch_lines(["where the dumps part: nowhere; *"])
+
+
+def test_the_example_s_planted_npu_dump_beside_its_fair_one_fails_as_it_does_alone(pytester):
+    """npu_llm_defects_tensor is npu_llm_tensor with defective recorded results (tests/test_npu_llm_example.py)."""
+    from test_npu_llm_example import PLANTED
+
+    result, records = run(pytester, EXAMPLES / "npu_llm_defects_tensor", EXAMPLES / "npu_llm_tensor")
+    errors = {r["key"] for r in records.values() if r["status"] == "error"}
+    assert PLANTED <= errors
+    assert errors - PLANTED <= {"NPU.npu_swiglu.0.backward", "NPU.npu_rotary_mul.0.backward",
+                                "NPU.npu_rotary_mul.1.backward"}  # the planted forwards' gradients, as alone
+    # One warning, no failure: the gradient of the attention whose forward was summed in bfloat16 has more
+    # small values past small_value_atol than its partner's, where both meet their own error bound.
+    warned = {r["key"] for r in records.values() if r["status"] == "warning"}
+    assert warned <= {"NPU.npu_fusion_attention.0.backward"}
+    assert {r["status"] for r in records.values() if r["key"] not in errors | warned} <= {"pass", "skip"}
+    result.stdout.fnmatch_lines(["where the dumps first part in step0/rank0: NPU.npu_rotary_mul.0.forward (*)"])
