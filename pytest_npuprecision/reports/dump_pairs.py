@@ -37,6 +37,8 @@ def pairing_line(records: list[dict]) -> str | None:
     only = [r for r in records if r.get("baseline_state") == "baseline-only"]
     if only:
         line += f"; {len(only)} only in the baseline dump ({_named(only)})"
+    if judged and not states["dump"]:
+        line += ". NOTHING PAIRED: are they dumps of the same model and step? Each entry was judged on its own"
     return line
 
 
