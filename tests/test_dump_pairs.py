@@ -177,6 +177,16 @@ def test_steps_and_ranks_pair_by_their_numbers_not_their_places(pytester, tmp_pa
     assert not _failing(records)
 
 
+def test_dumps_without_a_rank_pair_by_their_step_whatever_their_process_ids(pytester, tmp_path, pair):
+    """msprobe names a process that knows no rank proc<PID>: two runs never share the id."""
+    npu, gpu = pair
+    shutil.copytree(npu / "step0" / "rank0", tmp_path / "npu" / "step0" / "proc1234")
+    shutil.copytree(gpu / "step0" / "rank0", tmp_path / "gpu" / "step0" / "proc5678")
+    _, records = run(pytester, tmp_path / "npu", tmp_path / "gpu")
+    judged = [r for r in records.values() if r["status"] != "skip"]
+    assert judged and all(r["baseline_state"] == "dump" for r in judged)
+
+
 # ---------------------------------------------------------------- bad pairs
 
 

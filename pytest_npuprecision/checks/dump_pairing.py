@@ -34,23 +34,24 @@ class DumpPairing:
         by_place: dict[tuple, list[str]] = {}
         for dump in self.dumps:
             self._by_label[dump.location] = {case.key: Partner(case, dump) for case in dump.cases}
-            by_place.setdefault((dump.step, dump.rank, dump.pid), []).append(dump.location)
-        # A step and rank that one baseline dump alone holds pairs whatever folders lead to it.
+            by_place.setdefault((dump.step, dump.rank), []).append(dump.location)
+        # A step and rank that one baseline dump alone holds pairs whatever folders lead to it; a dump without
+        # a rank (proc<PID>, a process id that differs from run to run) pairs by its step where it is alone.
         self._by_place = {place: labels[0] for place, labels in by_place.items() if len(labels) == 1}
 
     def partner(self, case: DumpCase) -> Partner | None:
         """The baseline's case of the same step, rank and key as ``case``; None where it has none."""
         location = case.case_id.rpartition("::")[0]
-        entries = self._entries(location, dump_location(case.source)[:3])
+        entries = self._entries(location, dump_location(case.source)[:2])
         return None if entries is None else entries.get(case.key)
 
     def holds_place_of(self, case: DumpCase) -> bool:
         """Whether the baseline holds a dump of ``case``'s step and rank at all."""
-        return self._entries(case.case_id.rpartition("::")[0], dump_location(case.source)[:3]) is not None
+        return self._entries(case.case_id.rpartition("::")[0], dump_location(case.source)[:2]) is not None
 
     def baseline_only(self, device: DumpFile) -> list[DumpCase]:
         """The baseline's cases of ``device``'s step and rank that the device dump does not hold, in order."""
-        entries = self._entries(device.location, (device.step, device.rank, device.pid)) or {}
+        entries = self._entries(device.location, (device.step, device.rank)) or {}
         keys = {case.key for case in device.cases}
         return [partner.case for key, partner in entries.items() if key not in keys]
 
