@@ -6,6 +6,7 @@ This module knows nothing of pytest; the plugin turns a CaseResult into a pass, 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +34,10 @@ from ..precision.rules import Rules
 from ..precision.verdict import Status, Verdict
 from ..replay.memory_budget import case_bytes
 from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
+from .baseline_dump import BaselineDump
+from .dump_pairing import argument_difference
 from .error_data import save_error_data
-from .judging import judge
+from .judging import judge, parted_checks
 from .recorded_baseline import RecordedBaseline, RecordedCase
 
 
@@ -65,7 +68,8 @@ class Settings:
     device: Backend  # a torch.device or device string is turned into its backend
     rules: Rules = field(default_factory=Rules.default)
     golden: Backend = field(default_factory=lambda: Backend("cpu"))  # computes in float64
-    baseline: Backend | RecordedBaseline | None = None  # a live device in the device's dtype, or a file
+    # A live device in the device's dtype, a file of recorded metrics, or a second dump judged offline.
+    baseline: Backend | RecordedBaseline | BaselineDump | None = None
     max_case_bytes: int | None = None  # a case estimated to need more is skipped as too-large; None: no limit
     float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
     error_data: Path | None = None  # where a failing case's tensors are saved (checks/error_data.py); None: nowhere
@@ -76,7 +80,8 @@ class Settings:
 
     def describe(self) -> dict[str, Any]:
         """What this run compared, with every backend's versions and settings: the reports' run.json."""
-        baseline = self.baseline.info().as_dict() if isinstance(self.baseline, Backend) else None
+        baseline = self.baseline.info().as_dict() if isinstance(self.baseline, Backend) else \
+            self.baseline.describe() if isinstance(self.baseline, BaselineDump) else None
         return {"device": self.device.info().as_dict(), "golden": self.golden_label,
                 "float32": {"policy": self.float32, "device_modes": float32_modes_of(self.device).as_dict()},
                 "golden_backend": self.golden.info().as_dict(), "baseline": self.baseline_label,
@@ -96,11 +101,11 @@ def golden_label(golden: Backend) -> str:
     return f"{golden.name} float64"
 
 
-def baseline_label(baseline: Backend | RecordedBaseline | None) -> str:
-    """'none', 'cuda:0 same dtype' or the recorded file's label."""
+def baseline_label(baseline: Backend | RecordedBaseline | BaselineDump | None) -> str:
+    """'none', 'cuda:0 same dtype', the recorded file's or the baseline dump's label."""
     if baseline is None:
         return "none"
-    if isinstance(baseline, RecordedBaseline):
+    if isinstance(baseline, (RecordedBaseline, BaselineDump)):
         return baseline.label
     return f"{baseline.name} same dtype"
 
@@ -121,13 +126,22 @@ class CaseResult:
     seconds: float  # the whole case: inputs, every run, metrics
     op_seconds: float  # the op itself on device, golden and live baseline
     fingerprint: InputFingerprint | None = None
-    baseline: str = "none"  # "none", "live", "recorded", or "missing" from the recorded file
+    # "none", "live", "recorded", "missing" from the recorded file; with a baseline dump "dump" (its
+    # partner entry judged) or "unpaired" (judged on its own: the notes say why).
+    baseline: str = "none"
     guesses: tuple[str, ...] = ()  # what the verdict rests on beyond the dump: rebuilt arguments, inferred autocast
     dtype_differences: tuple[str, ...] = ()  # outputs judged in another dtype than the dump recorded
     # The device's float32 math mode for the op ("ieee", "tf32", "hf32"), where the op is a matmul, conv
     # or rnn with a float32 result; None elsewhere.
     float32_mode: str | None = None
     error_data: dict[str, Any] | None = None  # where its tensors were saved, or why not (failing cases only)
+    partner: CaseResult | None = None  # its partner in a baseline dump, judged on its own
+    # With a baseline dump: each output's checks by which the device errs worse than the baseline dump
+    # beyond the benchmark's limits ("output.0: max_scaled_err_ratio = 31 > limit 5"): where the dumps part.
+    parted: tuple[str, ...] = ()
+    # Why a case has no partner in a baseline dump: "absent" (no such entry there), "no-such-dump" (none of
+    # its step and rank), "arguments-differ" (shapes or dtypes), "partner-not-judged" (the partner skips).
+    unpaired: str = ""
 
 
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
@@ -171,6 +185,7 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     # Before the dumped devices are replaced: the fingerprint must not depend on this machine.
     prints = fingerprint(materialized)
     recorded = _recorded(case, prints, settings.baseline)
+    partner, unpaired = _partner(case, settings) if isinstance(settings.baseline, BaselineDump) else (None, None)
     inputs = materialized.with_device(settings.device.device)
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
     forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
@@ -201,19 +216,25 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
         rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
     overflowed = run.overflowed if backward else None
-    notes = (*guesses, *run.notes)
+    notes = (*guesses, *run.notes, *([unpaired[1]] if unpaired else []))
     outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,
-                            settings.float32) for out in compared)
+                            settings.float32) if partner is None else _judged_beside(out, case, rules, notes, partner,
+                                                                                  overflowed, settings.float32)
+                    for out in compared)
     status = Status.worst(o.verdict.status for o in outputs)
     saved = None
     if settings.error_data is not None and status in (Status.ERROR, Status.WARNING):
         saved = save_error_data(settings.error_data, case.case_id, materialized.args, materialized.kwargs, compared)
-    state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else "missing"
+    state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else \
+        "dump" if partner else "unpaired" if unpaired else "missing"
+    partner_seconds = partner.op_seconds if partner else 0.0
     return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
-                      run.device_seconds + run.golden_seconds + run.baseline_seconds, prints, state,
+                      run.device_seconds + run.golden_seconds + run.baseline_seconds + partner_seconds, prints, state,
                       guesses=guesses, dtype_differences=tuple(differences),
                       float32_mode=run.float32_mode if any(o.actual.dtype == torch.float32 for o in compared) else None,
-                      error_data=saved)
+                      error_data=saved, partner=partner, unpaired=unpaired[0] if unpaired else "",
+                      parted=tuple(f"{o.name}: {c.describe()}" for o in outputs if partner
+                                   for c in parted_checks(o.verdict)))
 
 
 def _output_of(entry: Any) -> Any:
@@ -263,8 +284,9 @@ def _check_budget(case: DumpCase, settings: Settings) -> None:
     """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
     if settings.max_case_bytes is None:
         return
-    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=settings.baseline is not None,
-                      name=case.name)
+    # A baseline dump's partner is judged before the case, not beside it: it needs no room of its own.
+    beside = settings.baseline is not None and not isinstance(settings.baseline, BaselineDump)
+    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=beside, name=case.name)
     if need > settings.max_case_bytes:
         raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
                                        f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "
@@ -285,6 +307,43 @@ def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCas
             f"{difference}. Compare runs of the same dump, with the same torch version (synthetic inputs "
             f"come from torch's generators), or record the baseline again")
     return entry
+
+
+def _partner(case: DumpCase, settings: Settings) -> tuple[CaseResult | None, tuple[str, str] | None]:
+    """(the case's partner in the baseline dump, judged on its own against the golden of its own
+    recorded inputs, None), or (None, (why in one word, why in a note)) where it has none."""
+    pairing = settings.baseline.pairing
+    partner = pairing.partner(case)
+    where = settings.baseline.path
+    if partner is None:
+        if pairing.holds_place_of(case):
+            return None, ("absent", f"no baseline: the baseline dump {where} holds no entry {case.key}")
+        return None, ("no-such-dump", f"no baseline: the baseline dump {where} holds no dump of this step and rank")
+    differs = argument_difference(case, partner.case)
+    if differs:
+        return None, ("arguments-differ", f"no baseline: not paired with {partner.case.case_id} of the baseline dump "
+                                          f"{where}, whose arguments differ: {differs}")
+    own = dataclasses.replace(settings, device=DumpedOutputs(), baseline=None, error_data=None)
+    try:
+        return _run_case(partner.case, partner.dump.data_dir, own), None
+    except (CaseSkipped, CaseInputError, EntryUnreadable) as exc:
+        reason = f" [{exc.reason}]" if isinstance(exc, CaseSkipped) else ""
+        return None, ("partner-not-judged", f"no baseline: its partner {partner.case.case_id} in the baseline dump "
+                                            f"{where} cannot be judged{reason}: {exc}")
+
+
+def _judged_beside(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...], partner: CaseResult,
+                   overflowed: str | None, float32: str) -> OutputVerdict:
+    """An output judged beside its partner's metrics, where the partner has the same output in the same
+    dtype and shape; else on its own, saying why."""
+    dtype = str(out.judged_dtype or out.actual.dtype).removeprefix("torch.")
+    theirs = next((o.verdict.metrics for o in partner.outputs if o.name == out.name), None)
+    if theirs is None or theirs.dtype != dtype or tuple(theirs.shape) != tuple(out.actual.shape):
+        was = "not judged" if theirs is None else f"{theirs.dtype}{list(theirs.shape)}"
+        notes = (*notes, f"{out.name}: no baseline: its partner {partner.case.case_id}'s {out.name} is {was}, "
+                         f"here {dtype}{list(out.actual.shape)}")
+        theirs = None
+    return _judged(out, case, rules, notes, theirs, overflowed, float32)
 
 
 def _recorded_metrics(case: DumpCase, out: RunOutput, entry: RecordedCase | None,

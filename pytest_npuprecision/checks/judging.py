@@ -16,8 +16,8 @@ from ..precision.measuring import compute_metrics, compute_metrics_each
 from ..precision.metrics import Accumulation, Metrics, element_index
 from ..precision.rules import STANDARD_NAMES, OpName, Rules, parse_op_name
 from ..precision.second_look import widened
-from ..precision.standards import Subject, beside_baseline, inf_nan_gate, rounding_gate, select
-from ..precision.verdict import Element, Status, Verdict, render_message
+from ..precision.standards import BENCHMARK_RATIOS, Subject, beside_baseline, inf_nan_gate, rounding_gate, select
+from ..precision.verdict import Check, Element, Status, Verdict, render_message
 
 
 def judge(
@@ -229,6 +229,25 @@ class _Judgement:
                                   self.accumulation.roundings),
             notes=all_notes,
         )
+
+
+def parted_checks(verdict: Verdict) -> tuple[Check, ...]:
+    """The checks by which the device errs worse than its baseline beyond the benchmark's limits: a
+    benchmark ratio that fails (not one the benchmark excuses to a warning, where the device meets its
+    own bound by a wide margin), or infs and nans the baseline does not have. Empty without a baseline."""
+    base = verdict.baseline_metrics
+    if base is None or not verdict.standard.startswith("benchmark"):
+        return ()
+    found = []
+    for check in verdict.checks:  # the gate first, then the benchmark's ratios (_Judgement.verdict)
+        if check.metric == "nonfinite_mismatch":
+            if check.status is not Status.PASS and not base.nonfinite_mismatch:
+                found.append(check)
+        elif check.metric in BENCHMARK_RATIOS and check.status is Status.ERROR:
+            found.append(check)
+        if check.metric == BENCHMARK_RATIOS[-1]:
+            break
+    return tuple(found)
 
 
 def _accumulation(name, op: str | None, accumulation: Accumulation | None,

@@ -123,6 +123,7 @@ class DumpFile:
     location: str  # the case-id prefix: "step0/rank0", or "mlp_tensor/step0/rank0" under a folder of dumps
     cases: tuple[DumpCase, ...]
     error: str | None = None
+    device: str | None = None  # where a dump.json names the device it was taken on (msprobe's own do not)
 
 
 def load_dump(path: Path | str, label: str | None = None, root: Path | str | None = None) -> DumpFile:
@@ -166,7 +167,7 @@ def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFi
     if not isinstance(document, dict):
         return DumpFile(**empty, task=None, level=None, framework=None, cases=(),
                         error=_file_error(path, f"holds a JSON {type(document).__name__}, expected an object"))
-    meta = {name: _text(document.get(name)) for name in ("task", "level", "framework")}
+    meta = {name: _text(document.get(name)) for name in ("task", "level", "framework", "device")}
     data = document.get("data")
     if not isinstance(data, dict):
         problem = "has no 'data' object" if data is None else f"has a 'data' {type(data).__name__}, expected an object"

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from ..checks.dump_case import CaseInputError, CaseSkipped, OutputVerdict, ReplayError, run_case
+from ..checks.dump_case import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
 from ..common.shown_text import shown_key
 from ..common.warning_types import JudgedDtypeWarning
 from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
@@ -96,9 +96,48 @@ class DumpJsonFile(pytest.Collector):
             items = [DumpCaseItem.from_parent(self, name=shown_key(case.key), case=case, dump=dump)
                      for case in dump.cases if not chosen or case.case_id in chosen]
         yield from items
+        yield from self._baseline_only(dump, chosen)
+
+    def _baseline_only(self, dump: DumpFile, chosen: set[str]):
+        """The baseline dump's entries of this step and rank that this dump lacks: each a skip that says so,
+        so that the summary counts what did not pair on both sides."""
+        if self.config.getoption("npu_precision_baseline") == "none":
+            return
+        pairing = getattr(settings_for(self.config).baseline, "pairing", None)
+        if pairing is None:
+            return
+        for case in pairing.baseline_only(dump):
+            case_id = f"{dump.location}::{shown_key(case.key)}" if dump.location else shown_key(case.key)
+            if not chosen or case_id in chosen:
+                yield BaselineOnlyItem.from_parent(self, name=f"{shown_key(case.key)} (baseline only)", case=case,
+                                                   case_id=case_id, place=dump.location)
 
     def reportinfo(self):
         return self.path, None, self.source.label
+
+
+class BaselineOnlyItem(pytest.Item):
+    """An entry that only the baseline dump holds: the device made no such call, so there is nothing to judge."""
+
+    def __init__(self, *, case: DumpCase, case_id: str, place: str, **kwargs):
+        super().__init__(**kwargs)
+        self.case, self.case_id, self.place = case, case_id, place  # place: "step0/rank0" (Item has a location)
+
+    def runtest(self) -> None:
+        settings = settings_for(self.config)
+        message = (f"{shown_key(self.case.key)} is only in the baseline dump ({self.case.source}): the device's dump "
+                   f"of {self.place or 'this step and rank'} made no such call, so it has nothing to judge")
+        record = new_record(kind="dump", case_id=self.case_id, key=self.case.key, api=self.case.api,
+                            direction=self.case.direction, order=self.case.order, location=self.place,
+                            source=str(self.case.source), seed=None, device=settings.device.name,
+                            golden=settings.golden_label, baseline=settings.baseline_label, status="skip",
+                            message=message)
+        record.update(reason="baseline-only", baseline_state="baseline-only")
+        self.stash[RECORD] = record
+        pytest.skip(f"[baseline-only] {message}")
+
+    def reportinfo(self):
+        return self.path, None, f"baseline-only entry {self.case_id}"
 
 
 class BrokenDumpItem(pytest.Item):
@@ -176,12 +215,12 @@ class DumpCaseItem(pytest.Item):
             return
         gate = self.config.stash.get(gating.GATE, None)
         worse = gate.regressions(record) if gate is not None else []
-        record["message"] = message = self._message(failing)
+        record["message"] = message = self._message(failing, result.partner)
         if worse:
             raise KnownFailureRegression("\n".join(["worse than the accepted known failure:", *worse, message]))
         raise PrecisionFailure(message)
 
-    def _message(self, failing: list[OutputVerdict]) -> str:
+    def _message(self, failing: list[OutputVerdict], partner: CaseResult | None) -> str:
         parts = [f"{out.name}: {render_message(out.verdict)}" for out in failing]
         if any(out.verdict.status is Status.WARNING for out in failing):
             parts.append(STRICT_WARNINGS_NOTE)
@@ -189,8 +228,10 @@ class DumpCaseItem(pytest.Item):
         root = self.parent.parent.path
         rerun = rerun_command(self.config, "--npu-precision", str(root), "--npu-precision-case", self.case.case_id)
         settings = settings_for(self.config)
+        # Beside a baseline dump: which entry of it was the baseline, and its own verdict.
+        entry = f": its entry {partner.case.case_id}, on its own {partner.status.value}" if partner else ""
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "
-                     f"{settings.golden_label}, baseline {settings.baseline_label}")
+                     f"{settings.golden_label}, baseline {settings.baseline_label}{entry}")
         parts.append(f"rerun: {rerun}")
         return "\n".join(parts)
 

@@ -24,6 +24,8 @@ def check_dumps(config: pytest.Config) -> bool:
     _refuse_dump_configuration(config, dumps)
     if config.getoption("npu_precision_device") == "dumped":
         _refuse_dumps_without_tensors(config.stash[_DUMPS])
+    elif os.path.isdir(config.getoption("npu_precision_baseline")):
+        _refuse_statistics_beside_a_dump(config.stash[_DUMPS])
     return True
 
 
@@ -46,17 +48,35 @@ def _refuse_dump_configuration(config: pytest.Config, dumps: list[str]) -> None:
 
 def _refuse_dumps_without_tensors(found: list[tuple[str, list[DumpSource]]]) -> None:
     """`--npu-precision-device dumped` judges the tensors a dump recorded: a dump without any would only skip."""
-    empty = [source for _, sources in found for source in sources
-             if not _holds_files(source.path.parent / "dump_tensor_data")]
+    empty = _without_tensors(found)
     if not empty:
         return
-    named = ", ".join(str(source.path) for source in empty[:3])
-    named += f" and {len(empty) - 3} more" if len(empty) > 3 else ""
     raise pytest.UsageError(
-        f"--npu-precision-device dumped judges the results a dump recorded, and {named} recorded none: no "
+        f"--npu-precision-device dumped judges the results a dump recorded, and {_named(empty)} recorded none: no "
         f"dump_tensor_data folder with tensor files beside the dump.json (a statistics dump). Every case would "
         f"skip. Replay it on a device instead (--npu-precision-device auto, npu or cuda), or dump with task "
         f"'tensor' to check it offline")
+
+
+def _refuse_statistics_beside_a_dump(found: list[tuple[str, list[DumpSource]]]) -> None:
+    """A baseline dump's errors are those of its recorded tensors; a statistics dump's replay runs on inputs
+    drawn from its statistics, whose errors are no measure of the same call's."""
+    empty = _without_tensors(found)
+    if empty:
+        raise pytest.UsageError(
+            f"--npu-precision-baseline names a dump, to be judged beside a dump of the same calls, but "
+            f"{_named(empty)} recorded no tensor files (a statistics dump): its calls cannot be judged element by "
+            f"element from what they ran on. Dump it with task 'tensor' and data_mode 'all'")
+
+
+def _without_tensors(found: list[tuple[str, list[DumpSource]]]) -> list[DumpSource]:
+    return [source for _, sources in found for source in sources
+            if not _holds_files(source.path.parent / "dump_tensor_data")]
+
+
+def _named(sources: list[DumpSource]) -> str:
+    named = ", ".join(str(source.path) for source in sources[:3])
+    return named + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
 
 
 def _holds_files(folder: Path) -> bool:

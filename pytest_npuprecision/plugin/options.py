@@ -37,9 +37,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--npu-precision-golden", default=VERDICT_DEFAULTS["npu_precision_golden"], metavar="DEVICE",
                     help="where the float64 golden runs: cpu (default) or cuda[:N]")
     group.addoption("--npu-precision-baseline", default=VERDICT_DEFAULTS["npu_precision_baseline"],
-                    metavar="DEVICE|FILE",
+                    metavar="DEVICE|FILE|DUMP",
                     help="baseline for the benchmark standard: none (default), a device running the same "
-                         "dtype (cpu, cuda[:N], module:object), or a file written by --npu-precision-record")
+                         "dtype (cpu, cuda[:N], module:object), a file written by --npu-precision-record, or "
+                         "a dump folder of the same model taken elsewhere, each entry judged offline")
     group.addoption("--npu-precision-record", default=None, metavar="FILE",
                     help="write each case's input fingerprint and metrics against the golden to FILE, "
                          "for --npu-precision-baseline FILE on another machine")

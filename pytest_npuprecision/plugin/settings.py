@@ -20,6 +20,7 @@ from .options import VERDICT_DEFAULTS
 
 if TYPE_CHECKING:
     from ..backends import Backend
+    from ..checks.baseline_dump import BaselineDump
     from ..checks.dump_case import Settings
     from ..checks.recorded_baseline import RecordedBaseline
 
@@ -65,12 +66,18 @@ def _device_option(config: pytest.Config) -> Backend:
     return device
 
 
-def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | None:
+def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | BaselineDump | None:
+    from ..checks.baseline_dump import BaselineDump, BaselineDumpError, is_dump_path
     from ..checks.recorded_baseline import BaselineFileError, RecordedBaseline
 
     value = config.getoption("npu_precision_baseline")
     if value == "none":
         return None
+    if os.path.lexists(value) and is_dump_path(value):  # a folder is a dump; a file a recorded baseline
+        try:
+            return BaselineDump.load(value)
+        except BaselineDumpError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if os.path.lexists(value):
         try:
             return RecordedBaseline.load(value)
@@ -119,7 +126,7 @@ def rerun_options(config: pytest.Config) -> list[str]:
     for name, default in VERDICT_DEFAULTS.items():
         value = config.getoption(name)
         if value != default:
-            words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).is_file() else value]
+            words += [f"--{name.replace('_', '-')}", str(Path(value).resolve()) if Path(value).exists() else value]
     for name in ("npu_precision_allow_tf32", "npu_precision_strict_warnings"):
         if config.getoption(name):
             words.append(f"--{name.replace('_', '-')}")

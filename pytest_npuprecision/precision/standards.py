@@ -154,6 +154,11 @@ def _within_floors(m) -> bool:
         m.mean_bound_ratio <= _scaled_floor("mean_scaled_err_ratio", m.finite)
 
 
+# The benchmark's ratios, in the order it judges them (the last ends them in a verdict's checks).
+BENCHMARK_RATIOS = ("small_value_err_ratio", "rmse_ratio", "max_scaled_err_ratio", "mean_scaled_err_ratio",
+                    "error_balance_ratio")
+
+
 class Benchmark(Standard):
     """The device's error against the golden, divided by the baseline's error against the golden.
 

@@ -15,6 +15,7 @@ from typing import Iterable
 
 from ..precision.meanings import METRIC_MEANINGS, failure_sections, meaning
 from . import svg_plots
+from .dump_pairs import first_parting, pairing_line
 from .summary import (
     ALL_CHECKS, STATUS_ORDER, check_excess, counts, failing_statuses, first_failing, is_failing, known_outcome,
     number, op_name, times_limit, worst_check, worst_text,
@@ -55,6 +56,7 @@ def render(records: list[dict], *, generated: str, gating: Gating) -> str:
         f"generated {escape(generated)}</p></header>",
         '<section id="summary"><h2>Summary</h2>', _tiles(records), _breakdowns(records), "</section>",
         _first_failing(records, strict),
+        _dump_pair(records),
         _gating(records, gating),
         _failures(failing),
         _case_table(records, strict, {r["case_id"] for r in failing[:MAX_PLOTTED]}),
@@ -130,6 +132,24 @@ def _first_failing(records: list[dict], strict: bool) -> str:
             "<p>Cases run in dump order: start debugging at the first failure of each step and rank.</p>"
             "<table><thead><tr><th>step/rank</th><th>case</th><th>status</th><th>worst check</th></tr></thead>"
             f"<tbody>{rows}</tbody></table></section>")
+
+
+def _dump_pair(records: list[dict]) -> str:
+    """With a baseline dump: how the entries paired, and per step and rank the first API whose error is
+    worse than its partner's beyond the benchmark's limits."""
+    pairing = pairing_line(records)
+    if pairing is None:
+        return ""
+    firsts = first_parting(records)
+    rows = "".join(f"<tr><td>{escape(loc)}</td><td>{_case_link(r)}</td><td>{escape(r['baseline_case']['case_id'])}"
+                   f"</td><td>{escape('; '.join(r['parted']))}</td></tr>" for loc, r in firsts.items())
+    table = ("<table><thead><tr><th>step/rank</th><th>case</th><th>its partner</th><th>worse than the partner by"
+             f"</th></tr></thead><tbody>{rows}</tbody></table>" if rows else
+             "<p>Nowhere: no API errs worse than its partner beyond the benchmark limits.</p>")
+    return ('<section id="dump-pair"><h2>Where the two dumps first part</h2>'
+            "<p>Each entry of both dumps is judged against the float64 golden of its own recorded inputs, so what "
+            "diverged upstream cancels: the first API per step and rank whose own error is worse than its "
+            f"partner's is where to look.</p><p>{escape(pairing)}</p>{table}</section>")
 
 
 def _gating(records: list[dict], gating: Gating) -> str:
@@ -213,8 +233,17 @@ def _failure(record: dict) -> str:
     ratio = f" · worst check at {ratio}" if ratio else ""
     return (f'<article id="{_anchor(record)}"><h3>{escape(record["case_id"])} {_badge(record["status"])}</h3>'
             f'<p>{escape(record["direction"])} · seed {record["seed"]}{ratio}{known}</p>{_docs_links(record)}'
-            f'{_error_data(record)}<div class="plots">{plots}</div>'
+            f'{_error_data(record)}{_partner(record)}<div class="plots">{plots}</div>'
             f'<pre>{escape(record["message"] or worst_text(record))}</pre></article>')
+
+
+def _partner(record: dict) -> str:
+    """The case's partner in a baseline dump, and its own verdict."""
+    partner = record.get("baseline_case")
+    if not partner:
+        return ""
+    return (f'<p class="docs">baseline: {escape(partner["case_id"])} of {escape(partner["source"])}, judged on its '
+            f'own: {_badge(partner["status"])}</p>')
 
 
 def _error_data(record: dict) -> str:

@@ -35,7 +35,8 @@ def new_record(*, kind: str, case_id: str, key: str, api: str, direction: str, o
         "location": location, "source": source, "seed": seed, "device": device, "golden": golden,
         "baseline": baseline, "baseline_state": "", "fingerprint": None, "status": status, "reason": "",
         "message": message, "seconds": None, "op_seconds": None, "outputs": [], "guesses": [],
-        "dtype_differences": [], "float32_mode": None, "error_data": None,
+        "dtype_differences": [], "float32_mode": None, "error_data": None, "baseline_case": None, "parted": [],
+        "unpaired": "",
     }
 
 
@@ -59,8 +60,18 @@ def case_record(case: DumpCase, settings: Settings, *, result: CaseResult | None
                       dtype_differences=list(result.dtype_differences), float32_mode=result.float32_mode,
                       error_data=result.error_data,
                       fingerprint=None if result.fingerprint is None else result.fingerprint.as_dict(),
-                      outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs])
+                      outputs=[output_record(o.name, o.verdict, o.profile) for o in result.outputs],
+                      parted=list(result.parted), baseline_case=_partner_record(result.partner),
+                      unpaired=result.unpaired)
     return record
+
+
+def _partner_record(partner: CaseResult | None) -> dict[str, Any] | None:
+    """A baseline dump's partner entry as judged on its own: which entry, and its outputs' verdicts and metrics."""
+    if partner is None:
+        return None
+    return {"case_id": partner.case.case_id, "source": str(partner.case.source), "status": partner.status.value,
+            "outputs": [output_record(o.name, o.verdict) for o in partner.outputs]}
 
 
 def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
@@ -70,6 +81,8 @@ def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
         "checks": [{"metric": c.metric, "value": c.value, "limit": c.limit, "status": c.status.value,
                     "upper": c.upper, "warning": c.warning, "baseline": c.baseline} for c in verdict.checks],
         "metrics": verdict.metrics.as_dict(),
+        # The baseline's own metrics against the golden, where the benchmark standard judged beside one.
+        "baseline_metrics": None if verdict.baseline_metrics is None else verdict.baseline_metrics.as_dict(),
         "worst": None if verdict.worst is None else {"index": list(verdict.worst.index), "actual": verdict.worst.actual,
                                                       "golden": verdict.worst.golden},
         "profile": None if profile is None else profile.as_dict(),
@@ -102,6 +115,7 @@ def junit_properties(record: dict) -> list[tuple[str, str]]:
 # Options that write or judge every record whole on the controller; without them it prints the summary alone.
 _WHOLE_RECORDS = ("npu_precision_report", "npu_precision_html", "npu_precision_record", "npu_precision_known_failures")
 _COUNTED_ONLY = ("pass", "skip")  # statuses the summary only counts, with their outputs' standards
+_PAIRING = ("dump", "baseline-only")  # baseline states the summary counts; "unpaired" records travel whole
 
 
 def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
@@ -110,8 +124,11 @@ def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
     Most cases of a large run pass, and a whole record costs a JSON encoding on the worker, a decoding
     on the controller and the bytes between them."""
     if (any(config.getoption(name) for name in _WHOLE_RECORDS) or record["status"] not in _COUNTED_ONLY
-            or record.get("baseline_state") == "missing" or any(o.get("excused") for o in record["outputs"])):
+            or record.get("baseline_state") in ("missing", "unpaired")
+            or any(o.get("excused") for o in record["outputs"])):
         return record
     return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
             "status": record["status"], **({"reason": record["reason"]} if record["reason"] else {}),
+            # Beside a baseline dump, the summary counts the paired entries and those only the baseline holds.
+            **({"baseline_state": record["baseline_state"]} if record["baseline_state"] in _PAIRING else {}),
             "outputs": [{"standard": o["standard"], "status": o["status"]} for o in record["outputs"]]}

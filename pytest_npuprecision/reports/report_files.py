@@ -23,6 +23,7 @@ from ..common.shown_text import shown_key
 from ..precision.meanings import failure_sections
 from ..replay import threads
 from . import run_facts
+from .dump_pairs import pairing_line, parting_lines
 from .gating import GATE, KnownFailureGate
 from .html import Gating, write_html
 from .known_failures import REASON_PLACEHOLDER, without_reason
@@ -235,6 +236,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
             by_standard.setdefault(output["standard"], []).append(output["status"])
     if by_standard:
         lines.append("outputs by standard: " + "; ".join(f"{s} {counts(v)}" for s, v in sorted(by_standard.items())))
+    pairing = pairing_line(records)
+    lines += [pairing] if pairing else []
+    lines += parting_lines(records)
     for location, record in first_failing(records, strict_warnings).items():
         text = worst_text(record, statuses)
         if root is not None:  # paths in a dump's message, shown from where the user stands
