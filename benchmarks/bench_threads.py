@@ -44,6 +44,7 @@ from pytest_npuprecision import capture, check_call
 from pytest_npuprecision.checks.dump_case import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay import threads
+from pytest_npuprecision.replay.memory_budget import input_elements
 from pytest_npuprecision.replay.threads import LARGE_CASE_ELEMENTS, ThreadPolicy, available_cores, thread_policy
 
 SMALL_APIS = ("Functional.linear", "Functional.gelu", "Tensor.add_")
@@ -136,8 +137,12 @@ def large_case(folder: Path, rounds: int, size: int = 2048) -> None:
     run_case(loaded.cases[0], loaded.data_dir, settings)  # warm: the first case loads what every case uses
     ways = {"policy": thread_policy(0, {}),
             f"every case {DEFAULT_THREADS} thread(s)": ThreadPolicy(DEFAULT_THREADS, "--npu-precision-threads")}
+    elements = input_elements(loaded.cases[0].forward, loaded.cases[0].name)
+    counts = {name: policy.threads_for(elements) or DEFAULT_THREADS for name, policy in ways.items()}
+    print(f"\n{size}x{size} matmul: {elements} input elements; threads in the case: "
+          + ", ".join(f"{name} {count}" for name, count in counts.items()))
     for under_load in (False, True):
-        print(f"\none {size}x{size} float32 matmul case, in process, {rounds} alternating runs each, "
+        print(f"one {size}x{size} float32 matmul case, in process, {rounds} alternating runs each, "
               f"{_load_text(under_load)}")
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
         with load(under_load):
@@ -156,7 +161,7 @@ def large_case(folder: Path, rounds: int, size: int = 2048) -> None:
         other = list(ways)[1]
         ratios = [w / o for (w, _), (o, _) in zip(results["policy"], results[other])]
         print(f"  policy / {other}: wall {_range(ratios, '.2f')}x, median {statistics.median(ratios):.2f}x "
-              f"(target <= 1.0: the same count, so equal within the noise)")
+              f"(target <= 1.0; with the same count in the case, any gap is the machine's noise)")
 
 
 def _own_cpu() -> float:
@@ -207,7 +212,7 @@ def main() -> int:
         dump = bench_scale.synthetic_dump(args.cases, folder / "small", SMALL_APIS)
         small_cases(dump, cwd, args.cases, args.rounds, not args.no_xdist)
         if not args.no_large:
-            large_case(folder, max(3, args.rounds))
+            large_case(folder, max(5, args.rounds))
         if args.crossover:
             crossover(args.rounds)
     return 0

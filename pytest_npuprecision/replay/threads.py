@@ -3,7 +3,8 @@
 A case is many small torch ops (the golden, the metrics), each a possible parallel region. Below
 about a million elements a second thread has little to share and mostly waits at the region's
 barrier; on a busy machine each wait lasts a time slice, and small cases cost 4x the CPU they cost
-with one thread. So each case runs with one thread unless its inputs hold LARGE_CASE_ELEMENTS or more;
+with one thread. So each case runs with one thread unless its inputs hold LARGE_CASE_ELEMENTS or more (as its dump
+or op case declares them);
 a large one runs with the budget: the process's count in a serial run, the cores shared among
 xdist workers otherwise. This is the CPU's side of a case (the golden, the metrics, a cpu device); a
 cuda or npu device runs its own kernels whatever the count.
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-# Where a case starts to gain from more threads: torch parallelizes an elementwise op over chunks of
-# 32768 elements, and a case's ops must each give every thread several chunks before the hand-off
-# pays (benchmarks/bench_threads.py --crossover measures it).
+# Where a case surely gains from more threads on an idle machine (judging a 1M-element output: about
+# 0.75x the one-thread time); a busy one loses at every size (docs/scale.md, "Threads per case";
+# benchmarks/bench_threads.py --crossover measures it).
 LARGE_CASE_ELEMENTS = 1 << 20
 
 
