@@ -130,11 +130,12 @@ def _run_json(pytester, *args: str) -> dict:
 
 
 def test_run_json_records_the_per_case_policy_and_the_run_gives_the_count_back(pytester, process_threads):
+    outer = threads.active()  # this suite's own run, where it runs op cases
     assert _run_json(pytester) == PER_CASE
     assert _run_json(pytester, "--npu-precision-threads", "3") == {
         "threads_per_process": 3, "source": "--npu-precision-threads", "small_case_threads": 3,
         "large_case_elements": None}
-    assert torch.get_num_threads() == process_threads and threads.active() is None
+    assert torch.get_num_threads() == process_threads and threads.active() == outer
 
 
 def test_run_json_records_a_count_the_users_conftest_set(pytester, process_threads):

@@ -3,11 +3,10 @@
 A case is many small torch ops (the golden, the metrics), each a possible parallel region. Below
 about a million elements a second thread has little to share and mostly waits at the region's
 barrier; on a busy machine each wait lasts a time slice, and small cases cost 4x the CPU they cost
-with one thread. So each case runs with one thread unless its inputs hold LARGE_CASE_ELEMENTS or more (as its dump
-or op case declares them);
-a large one runs with the budget: the process's count in a serial run, the cores shared among
-xdist workers otherwise. This is the CPU's side of a case (the golden, the metrics, a cpu device); a
-cuda or npu device runs its own kernels whatever the count.
+with one thread. So each case runs with one thread unless its inputs hold LARGE_CASE_ELEMENTS or
+more (as its dump or op case declares them); a large one runs with the budget: the process's count
+in a serial run, the cores shared among xdist workers otherwise. This is the CPU's side of a case
+(the golden, the metrics, a cpu device); a cuda or npu device runs its own kernels whatever the count.
 
 A count the user chose wins, for every case: --npu-precision-threads, OMP_NUM_THREADS, or a
 torch.set_num_threads before the run. Nothing here changes torch's count outside a pytest run that
