@@ -24,6 +24,7 @@ import pytest_npuprecision
 from pytest_npuprecision.backends import Backend, BackendError, BackendInfo, load_backend
 from pytest_npuprecision.backends.base import _cpu_name
 from pytest_npuprecision.ops.resolution import resolve
+from pytest_npuprecision.replay import threads
 from pytest_npuprecision.replay.runner import run_call
 
 SMALL_DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
@@ -221,6 +222,8 @@ def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
 
 
 def test_every_report_records_device_golden_baseline_and_seed(pytester, user_module):
+    # This process's own threads decide the policy (tests/test_threads.py checks each decision).
+    policy = threads.thread_policy(0, user_threads=threads.chosen_by_user()).as_dict()
     result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "user_backends:make",
                                 "--npu-precision-baseline", "cpu", "-k", "linear.0", "--npu-precision-report", "r",
                                 "--junitxml", "r/junit.xml", "-p", "no:cacheprovider")
@@ -234,7 +237,7 @@ def test_every_report_records_device_golden_baseline_and_seed(pytester, user_mod
                    "baseline_backend": cpu, "seed": "crc32(case id) per case",
                    "float32": {"policy": "as-run",
                                "device_modes": {"matmul": "ieee", "conv": "ieee", "rnn": "ieee", "known": True}},
-                   "torch_threads": {"source": "torch default", "threads_per_process": None}}
+                   "torch_threads": policy}
     records = [json.loads(line) for line in (pytester.path / "r" / "cases.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(isinstance(r["seed"], int) for r in records)
     assert {(r["device"], r["golden"], r["baseline"]) for r in records} == {

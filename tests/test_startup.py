@@ -41,27 +41,3 @@ def test_the_profile_names_are_the_searchs_profiles():
     from pytest_npuprecision.plugin.options import PROFILE_NAMES
 
     assert sorted(PROFILE_NAMES) == sorted(PROFILES)
-
-
-def test_xdist_workers_share_the_cores_unless_the_user_chose(monkeypatch):
-    from pytest_npuprecision.replay import threads
-
-    monkeypatch.setattr(threads, "available_cores", lambda: 8)
-    assert threads.thread_policy(2, {}) == threads.ThreadPolicy(4, "cores // workers")
-    assert threads.thread_policy(16, {}) == threads.ThreadPolicy(1, "cores // workers")
-    assert threads.thread_policy(0, {}) == threads.ThreadPolicy(None, "torch default")
-    assert threads.thread_policy(2, {"OMP_NUM_THREADS": "3"}) == threads.ThreadPolicy(None, "OMP_NUM_THREADS")
-
-
-def test_run_json_says_how_many_threads_each_worker_ran_with(pytester):
-    import json
-
-    from fixtures import fixture_dump
-
-    from pytest_npuprecision.replay.threads import available_cores
-
-    result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_tensor")), "-n", "2",
-                                "--npu-precision-report", "r", "-p", "no:cacheprovider")
-    assert result.ret == 0
-    run = json.loads((pytester.path / "r" / "run.json").read_text())
-    assert run["torch_threads"] == {"threads_per_process": max(1, available_cores() // 2), "source": "cores // workers"}

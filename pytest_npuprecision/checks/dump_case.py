@@ -32,7 +32,8 @@ from ..precision.error_profile import ErrorProfile, error_profile
 from ..precision.metrics import Accumulation, Metrics
 from ..precision.rules import Rules
 from ..precision.verdict import Status, Verdict
-from ..replay.memory_budget import case_bytes
+from ..replay import threads
+from ..replay.memory_budget import case_bytes, input_elements
 from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
 from .baseline_dump import BaselineDump
 from .dump_pairing import argument_difference
@@ -147,7 +148,9 @@ class CaseResult:
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
     try:
-        return _run_case(case, data_dir, settings)
+        # Its threads by the size its dump declares, before anything is read or made (replay/threads.py).
+        with threads.for_case(input_elements(case.forward, case.name)):
+            return _run_case(case, data_dir, settings)
     except EntryUnreadable as exc:  # its entry is decoded from dump.json on use, and the file may have changed
         raise CaseInputError(str(exc)) from None
 

@@ -26,6 +26,7 @@ from ..precision.error_profile import error_profile
 from ..precision.metrics import Accumulation
 from ..precision.rules import Rules
 from ..precision.verdict import Check, Status, Verdict
+from ..replay import threads
 from ..replay.runner import GoldenNotWide, OpExecutionError, run_call
 from ..reports.summary import excess, failing_outputs
 from .schema import SchemaError
@@ -196,6 +197,12 @@ def run_example(case: OpCase, target: Target, call: Call, device: Backend | torc
                 strict_warnings: bool = False, float32: str = DEFAULT_POLICY) -> ExampleResult:
     """Run and judge one example (against a live baseline too, if given); raise CaseSpecError when
     the inputs do not fit the op at all."""
+    with threads.for_case(threads.call_elements(call.args, call.kwargs)):
+        return _run_example(case, target, call, device, golden, baseline, strict_warnings, float32)
+
+
+def _run_example(case: OpCase, target: Target, call: Call, device: Backend | torch.device, golden: Backend | None,
+                 baseline: Backend | None, strict_warnings: bool, float32: str) -> ExampleResult:
     started = time.perf_counter()
     requires = call.requires_grad if call.requires_grad is not None else _differentiable(call)
     try:

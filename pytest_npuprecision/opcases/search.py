@@ -8,12 +8,10 @@ as a regression case by the caller). Profiles fix how much searching a run does.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed
@@ -110,17 +108,6 @@ class _ExampleFailed(Exception):
     """Raised inside the Hypothesis test so that it shrinks; carries nothing the caller needs."""
 
 
-@contextlib.contextmanager
-def _single_threaded() -> Iterator[None]:
-    # Op cases use small tensors: CPU thread start-up and hand-off cost more than the work (10-50x).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def examples_for(case: OpCase, profile: Profile) -> int:
     return case.max_examples * profile.scale if case.max_examples else profile.max_examples
 
@@ -154,19 +141,18 @@ def check_case(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Ou
         return Outcome(case, dtype, examples, time.perf_counter() - started, target_.op.api_name,
                        target_.reference_label, **found)
 
-    with _single_threaded():
-        try:
-            if case.fixed:
-                try:
-                    call = fixed_call(case, dtype)
-                    result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
-                                         strict_warnings=settings.strict_warnings, float32=settings.float32)
-                    return outcome(1, call=call, result=result)
-                except (CaseInputError, CaseSpecError) as exc:
-                    return outcome(1, problem=str(exc))
-            return _search(case, dtype, target_, settings, outcome)
-        except OpUnavailable as exc:
-            return outcome(1, unavailable=str(exc))
+    try:
+        if case.fixed:
+            try:
+                call = fixed_call(case, dtype)
+                result = run_example(case, target_, call, settings.device, settings.golden, settings.baseline,
+                                     strict_warnings=settings.strict_warnings, float32=settings.float32)
+                return outcome(1, call=call, result=result)
+            except (CaseInputError, CaseSpecError) as exc:
+                return outcome(1, problem=str(exc))
+        return _search(case, dtype, target_, settings, outcome)
+    except OpUnavailable as exc:
+        return outcome(1, unavailable=str(exc))
 
 
 def op_label_of(case: OpCase) -> str:

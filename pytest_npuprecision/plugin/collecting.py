@@ -38,6 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "input-error": (CaseInputError, OpCaseUsageError)})
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    threads.release()  # torch's count as the process had it: a pytest run inside a program, or a test's
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     run_facts.send(session.config, local_facts(session.config))  # an xdist worker: the controller names the device from this
 

@@ -61,6 +61,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--npu-precision-max-case-memory", default=None, type=memory_size, metavar="SIZE",
                     help="skip a case as too-large when its dumped shapes need more memory than this "
                          "(512MiB, 4GB, ...); default: half the available memory, shared among xdist workers")
+    group.addoption("--npu-precision-threads", default=None, type=thread_count, metavar="N",
+                    help="torch intra-op threads for every case; default: one for a small case, and for a "
+                         "large one the process's count (the cores shared among xdist workers), unless "
+                         "OMP_NUM_THREADS or torch.set_num_threads before the run chose one")
     group.addoption("--npu-precision-rules", default=VERDICT_DEFAULTS["npu_precision_rules"], metavar="FILE",
                     help="YAML overrides of the threshold and op tables")
     # Gating
@@ -94,6 +98,12 @@ def memory_size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def thread_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"thread count {text!r} is not a whole number of at least 1: give 1, 2, 8, ...")
+    return int(text)
 
 
 def float32_modes(text: str) -> str:

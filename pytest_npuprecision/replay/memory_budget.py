@@ -72,6 +72,15 @@ def case_bytes(forward: Any, backward: Any, *, direction: str, baseline: bool, n
     return need
 
 
+def input_elements(forward: Any, name: str = "") -> int:
+    """The elements of a call's tensor inputs as its forward entry declares them; 0 where it cannot be decoded."""
+    try:
+        call = decode_call(forward, name)
+    except (DescriptorError, AttributeError, TypeError):
+        return 0
+    return sum(spec.numel for spec in _specs(lambda: call.specs()))
+
+
 def _specs(make) -> list[TensorSpec]:
     try:
         return list(make())

@@ -157,9 +157,11 @@ class Collector:
 
         csvs: this run's msprobe CSVs, relative to the folder, so that the next run removes them.
         """
+        described = self.facts().described
+        # The policy of the processes that ran the cases; where none did, what the options make of it.
+        policy = described.get("torch_threads") or threads.for_run(self.config).as_dict()
         run = {"pytest_npuprecision": __version__, "python": platform.python_version(),
-               "machine": platform.machine(), **self.facts().described,
-               "torch_threads": threads.for_run(self.config).as_dict(), _MSPROBE_FILES: csvs}
+               "machine": platform.machine(), **described, "torch_threads": policy, _MSPROBE_FILES: csvs}
         path.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     def _write_record(self, path: Path, records: list[dict]) -> None:

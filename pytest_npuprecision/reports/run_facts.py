@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..common.math_modes import describe_modes
+from ..replay import threads
 
 if TYPE_CHECKING:
     from ..checks.dump_case import Settings
@@ -38,7 +39,11 @@ class RunFacts:
 
     @classmethod
     def of(cls, settings: Settings) -> RunFacts:
-        return cls(settings.describe(), settings.device.info().describe(), settings.device.name)
+        described = settings.describe()
+        policy = threads.active()  # this process runs cases: its policy, as it found the user's threads
+        if policy is not None:
+            described["torch_threads"] = policy.as_dict()
+        return cls(described, settings.device.info().describe(), settings.device.name)
 
     @property
     def golden_label(self) -> str:
