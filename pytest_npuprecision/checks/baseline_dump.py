@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dump.dump_cases import DumpFile, load_dump
-from ..dump.locations import find_dumps
+from ..dump.locations import find_dumps, holds_tensor_files
 from .dump_pairing import DumpPairing
 
 
@@ -79,11 +79,8 @@ def is_dump_path(value: str) -> bool:
 def _holds_tensors(dump: DumpFile) -> bool:
     if dump.task == "statistics":
         return False
-    try:
-        with os.scandir(dump.data_dir) as entries:
-            return any(entry.is_file() for entry in entries)
-    except OSError:
-        return not dump.cases  # an empty dump holds nothing to judge, and nothing to refuse
+    found = holds_tensor_files(dump.path)
+    return not dump.cases if found is None else found  # an empty dump holds nothing to judge, and nothing to refuse
 
 
 def _one(values) -> str | None:

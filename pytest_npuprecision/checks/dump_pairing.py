@@ -41,19 +41,21 @@ class DumpPairing:
 
     def partner(self, case: DumpCase) -> Partner | None:
         """The baseline's case of the same step, rank and key as ``case``; None where it has none."""
-        location = case.case_id.rpartition("::")[0]
-        entries = self._entries(location, dump_location(case.source)[:2])
+        entries = self._entries_of(case)
         return None if entries is None else entries.get(case.key)
 
     def holds_place_of(self, case: DumpCase) -> bool:
         """Whether the baseline holds a dump of ``case``'s step and rank at all."""
-        return self._entries(case.case_id.rpartition("::")[0], dump_location(case.source)[:2]) is not None
+        return self._entries_of(case) is not None
 
     def baseline_only(self, device: DumpFile) -> list[DumpCase]:
         """The baseline's cases of ``device``'s step and rank that the device dump does not hold, in order."""
         entries = self._entries(device.location, (device.step, device.rank)) or {}
         keys = {case.key for case in device.cases}
         return [partner.case for key, partner in entries.items() if key not in keys]
+
+    def _entries_of(self, case: DumpCase) -> dict[str, Partner] | None:
+        return self._entries(case.case_id.rpartition("::")[0], dump_location(case.source)[:2])
 
     def _entries(self, location: str, place: tuple) -> dict[str, Partner] | None:
         found = self._by_label.get(location)

@@ -40,8 +40,8 @@ class CallInputs:
     def with_device(self, device: torch.device | str) -> "CallInputs":
         """The same inputs with every dumped ``torch.device`` argument replaced by ``device``."""
         device = torch.device(device)
-        return replace(self, args=tuple(_replace_devices(self.args, device)),
-                       kwargs=_replace_devices(self.kwargs, device))
+        return replace(self, args=tuple(_mapped(self.args, DumpedDevice, lambda _: device)),
+                       kwargs=_mapped(self.kwargs, DumpedDevice, lambda _: device))
 
 def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) -> CallInputs:
     """Concrete inputs of ``case``: real tensor files where the dump has them, else synthesized.
@@ -71,8 +71,8 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
             tensor.requires_grad_(True)
         return tensor
 
-    args = tuple(_map_specs(call.args, forward_tensor))
-    kwargs = _map_specs(call.kwargs, forward_tensor)
+    args = tuple(_mapped(call.args, TensorSpec, forward_tensor))
+    kwargs = _mapped(call.kwargs, TensorSpec, forward_tensor)
     grads: tuple[torch.Tensor | None, ...] = ()
     if case.direction == "backward":
         specs = decode_for(case.key, decode_grads, case.backward, case.source)
@@ -122,29 +122,14 @@ def _first(context: dict[str, Any], wheres: tuple[str, ...]) -> Any:
     return None
 
 
-def _map_specs(value: Any, make) -> Any:
-    if isinstance(value, TensorSpec):
+def _mapped(value: Any, kind: type, make) -> Any:
+    """``value`` with each ``kind`` inside it, in lists, tuples and dicts, replaced by ``make(it)``."""
+    if isinstance(value, kind):
         return make(value)
     if isinstance(value, list):
-        return [_map_specs(v, make) for v in value]
+        return [_mapped(v, kind, make) for v in value]
     if isinstance(value, tuple):
-        return tuple(_map_specs(v, make) for v in value)
+        return tuple(_mapped(v, kind, make) for v in value)
     if isinstance(value, dict):
-        return {k: _map_specs(v, make) for k, v in value.items()}
+        return {k: _mapped(v, kind, make) for k, v in value.items()}
     return value
-
-
-def _replace_devices(value: Any, device: torch.device) -> Any:
-    if isinstance(value, DumpedDevice):
-        return device
-    if isinstance(value, list):
-        return [_replace_devices(v, device) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_replace_devices(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _replace_devices(v, device) for k, v in value.items()}
-    return value
-
-
-# ---------------------------------------------------------------- loading
-

@@ -114,7 +114,6 @@ class DecodedCall:
         return values
 
 
-
 # ---------------------------------------------------------------- decoding
 
 
@@ -356,9 +355,6 @@ _OTHER_TYPES = {
 
 def _kind(value: Any) -> str:
     return "null" if value is None else f"a {type(value).__name__}"
-
-
-# ---------------------------------------------------------------- materializing
 
 
 def decode_for(key: str, decode, value: Any, source: Path):

@@ -64,6 +64,16 @@ def find_dumps(path: Path | str) -> list[DumpSource]:
     return [DumpSource(p, _label(p.parent.relative_to(path), p)) for p in found]
 
 
+def holds_tensor_files(dump_json: Path) -> bool | None:
+    """Whether the tensor folder beside ``dump_json`` holds a file (a tensor dump's does, a statistics
+    dump's has none); None where the folder cannot be read (it is absent, say)."""
+    try:
+        with os.scandir(Path(dump_json).parent / DATA_DIR_NAME) as entries:
+            return any(entry.is_file() for entry in entries)
+    except OSError:
+        return None
+
+
 def dump_location(path: Path) -> tuple[int | None, int | None, int | None, str]:
     """(step, rank, pid, "step0/rank0") of a dump.json, from the folders it sits in."""
     folder = path.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..dump.locations import DumpSource, find_dumps, is_dump_part
+from ..dump.locations import DumpSource, find_dumps, holds_tensor_files, is_dump_part
 
 _DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
 
@@ -71,20 +71,12 @@ def _refuse_statistics_beside_a_dump(found: list[tuple[str, list[DumpSource]]]) 
 
 def _without_tensors(found: list[tuple[str, list[DumpSource]]]) -> list[DumpSource]:
     return [source for _, sources in found for source in sources
-            if not _holds_files(source.path.parent / "dump_tensor_data")]
+            if not holds_tensor_files(source.path)]
 
 
 def _named(sources: list[DumpSource]) -> str:
     named = ", ".join(str(source.path) for source in sources[:3])
     return named + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
-
-
-def _holds_files(folder: Path) -> bool:
-    try:
-        with os.scandir(folder) as entries:
-            return any(entry.is_file() for entry in entries)
-    except OSError:
-        return False
 
 
 def _found_dumps(dumps: list[str]) -> list[tuple[str, list[DumpSource]]]:
