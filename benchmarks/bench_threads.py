@@ -137,7 +137,7 @@ def large_case(folder: Path, rounds: int, size: int = 2048) -> None:
     run_case(loaded.cases[0], loaded.data_dir, settings)  # warm: the first case loads what every case uses
     ways = {"policy": thread_policy(0, {}),
             f"every case {DEFAULT_THREADS} thread(s)": ThreadPolicy(DEFAULT_THREADS, "--npu-precision-threads")}
-    elements = input_elements(loaded.cases[0].forward, loaded.cases[0].name)
+    elements = input_elements(loaded.cases[0].read())
     counts = {name: policy.threads_for(elements) or DEFAULT_THREADS for name, policy in ways.items()}
     print(f"\n{size}x{size} matmul: {elements} input elements; threads in the case: "
           + ", ".join(f"{name} {count}" for name, count in counts.items()))

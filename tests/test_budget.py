@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pytest_npuprecision.checks.dump_case import CaseSkipped, Settings, run_case
-from pytest_npuprecision.dump.descriptors import decode_call
+from pytest_npuprecision.dump.descriptors import CaseEntries, decode_call
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay.memory_budget import case_bytes, factory_elements
 
@@ -55,7 +55,7 @@ def test_a_factory_call_counts_what_its_size_arguments_make(name, args, kwargs, 
 
 def test_a_factory_past_the_budget_is_skipped_before_it_allocates(tmp_path):
     entry = {"input_args": [integer(40000), integer(25000)], "input_kwargs": {}, "output": [tensor()]}
-    need = case_bytes(entry, None, direction="forward", baseline=False, name="ones")
+    need = case_bytes(CaseEntries("ones", entry), direction="forward", baseline=False)
     # 8 bytes an element on the device (no dtype: the widest), 8 for the golden, 32 for the metrics.
     assert need == HUGE * 48
     path = tmp_path / "step0" / "rank0" / "dump.json"
@@ -70,4 +70,4 @@ def test_a_factory_past_the_budget_is_skipped_before_it_allocates(tmp_path):
 def test_a_dtype_argument_sets_the_bytes_of_an_element():
     entry = {"input_args": [SIZE], "input_kwargs": {"dtype": {"type": "torch.dtype", "value": "torch.float16"}},
              "output": [tensor()]}
-    assert case_bytes(entry, None, direction="forward", baseline=True, name="zeros") == HUGE * (2 * 2 + 8 + 32)
+    assert case_bytes(CaseEntries("zeros", entry), direction="forward", baseline=True) == HUGE * (2 * 2 + 8 + 32)

@@ -8,11 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_npuprecision.checks.dump_case import CaseInputError, Settings, run_case
+from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import dump_cases as dump_module
 from pytest_npuprecision.dump import entries as dump_entries
 from pytest_npuprecision.dump.dump_cases import SkipReason, load_dump
-from pytest_npuprecision.dump.entries import EntryUnreadable, SpanEntry
+from pytest_npuprecision.dump import descriptors
+from pytest_npuprecision.dump.entries import EntryUnreadable, SpanEntry, SpanReader
 
 
 def tensor(**overrides):
@@ -144,6 +145,11 @@ def test_an_entry_past_the_size_limit_is_malformed_and_never_read_again(tmp_path
         assert case.skip is SkipReason.MALFORMED_ENTRY
         assert case.skip_message.startswith(f"{case.key}: 0 MiB of JSON in {path}, past the 0 MiB one API call")
     assert other.skip is None
+    monkeypatch.setattr(dump_entries, "MAX_ENTRY_BYTES", 2000)  # the reader refuses it too: the run reads nothing
+    for case in (forward, backward):
+        with pytest.raises(CaseSkipped) as skipped:
+            run_case(case, path.parent / "dump_tensor_data", Settings(device=torch.device("cpu")))
+        assert skipped.value.reason == "malformed-entry" and str(skipped.value) == case.skip_message
 
 
 def test_a_span_past_the_limit_is_refused_when_read(tmp_path, monkeypatch):
@@ -205,3 +211,26 @@ def test_a_key_with_control_characters_is_shown_escaped(tmp_path):
     # A backslash is escaped too, so no printable key shows as an escaped one; printable text stays.
     assert backslash.case_id == "step0/rank0::Functional.re\\\\lu.0.forward" and backslash.input_error is None
     assert accented.case_id == "step0/rank0::Functional.relu\u00e9.0.forward" and accented.input_error is None
+
+
+def test_a_case_reads_and_decodes_its_entries_once(tmp_path, monkeypatch):
+    # Its threads, its skip, its memory budget and its arguments all read the one decoding of its run.
+    path = write(tmp_path, document({"Functional.gelu.0.forward": GELU, "Functional.gelu.0.backward": GELU_BACKWARD}))
+    forward, backward = load_dump(path).cases
+    calls = {"read": 0, "decode_call": 0, "decode_grads": 0}
+
+    def counted(name, function):
+        def count(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return count
+
+    monkeypatch.setattr(SpanReader, "read", counted("read", SpanReader.read))
+    for name in ("decode_call", "decode_grads"):
+        monkeypatch.setattr(descriptors, name, counted(name, getattr(descriptors, name)))
+    settings_ = Settings(device=torch.device("cpu"), max_case_bytes=2**30)
+    assert run_case(forward, path.parent / "dump_tensor_data", settings_).status.value == "pass"
+    assert calls == {"read": 1, "decode_call": 1, "decode_grads": 0}
+    calls.update(read=0, decode_call=0)
+    assert run_case(backward, path.parent / "dump_tensor_data", settings_).status.value == "pass"
+    assert calls == {"read": 2, "decode_call": 1, "decode_grads": 1}

@@ -20,7 +20,7 @@ from ..common.memory_sizes import format_size
 from ..common.torch_compat import missing_kernel
 from ..dump.arguments import materialize
 from ..dump.autocast import dtype_differences, inferred_autocast, recorded_dtypes
-from ..dump.descriptors import DescriptorError, DumpDataError
+from ..dump.descriptors import CaseEntries, DescriptorError, DumpDataError
 from ..dump.dump_cases import DumpCase
 from ..dump.entries import EntryUnreadable
 from ..dump.fingerprint import InputFingerprint, fingerprint
@@ -148,9 +148,7 @@ class CaseResult:
 def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
     try:
-        # Its threads by the size its dump declares, before anything is read or made (replay/threads.py).
-        with threads.for_case(input_elements(case.forward, case.name)):
-            return _run_case(case, data_dir, settings)
+        return _run_case(case, data_dir, settings)
     except EntryUnreadable as exc:  # its entry is decoded from dump.json on use, and the file may have changed
         raise CaseInputError(str(exc)) from None
 
@@ -159,24 +157,34 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     started = time.perf_counter()
     if case.input_error is not None:
         raise CaseInputError(case.input_error)
-    if case.skip is not None:
+    if case.known_skip is not None:  # its key or a missing entry says it: nothing is read
         raise CaseSkipped(case.skip.value, case.skip_message)
+    entries = case.read()  # once: every stage below reads these
+    skip = case.decoded_skip(entries)
+    if skip is not None:
+        raise CaseSkipped(skip[0].value, skip[1])
+    # Its threads by the size its dump declares, before anything is made (replay/threads.py).
+    with threads.for_case(input_elements(entries)):
+        return _replayed(case, entries, data_dir, settings, started)
+
+
+def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Settings, started: float) -> CaseResult:
     op = resolve(case.api.rsplit(".", 1)[0])
     offline = isinstance(settings.device, DumpedOutputs)
     if op.unsupported and not (offline and op.reference is not None):
         raise CaseSkipped("unsupported-op", op.unsupported)
-    _check_budget(case, settings)
+    _check_budget(case, entries, settings)
     try:
-        materialized = materialize(case, data_dir)
-        results = recorded_results(case, data_dir) if offline else None
+        materialized = materialize(case, data_dir, entries=entries)
+        results = recorded_results(case, entries, data_dir) if offline else None
     except (DumpDataError, DescriptorError) as exc:
         raise CaseInputError(str(exc)) from None
     except NothingRecorded as exc:
         raise CaseSkipped("no-recorded-output", str(exc)) from None
     if op.namesakes:  # Torch.svd: torch.svd or torch.linalg.svd, as the recorded call says
         try:
-            op = choose_namesake(op, materialized.args, materialized.kwargs, forward_output_shapes(case),
-                                 lambda: forward_output_tensors(case, data_dir))
+            op = choose_namesake(op, materialized.args, materialized.kwargs, forward_output_shapes(entries),
+                                 lambda: forward_output_tensors(case, entries, data_dir))
         except NoSingleNamesake as exc:
             raise CaseSkipped("ambiguous-op", f"{case.key}: {exc}") from None
     unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
@@ -191,7 +199,7 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     partner, unpaired = _partner(case, settings) if isinstance(settings.baseline, BaselineDump) else (None, None)
     inputs = materialized.with_device(settings.device.device)
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
-    forward_dtypes = recorded_dtypes(_output_of(case.forward), "output")
+    forward_dtypes = recorded_dtypes(entries.output(), "output")
     autocast, inferred = inferred_autocast(op.base_name, _leaves(inputs.args, inputs.kwargs), forward_dtypes,
                                            _has_dtype(inputs.args, inputs.kwargs), op.inplace)
     try:
@@ -211,7 +219,7 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
         raise CaseSkipped("no-recorded-output", f"{case.key}: no recorded result can be judged offline: {why}")
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
-    recorded_out = recorded_dtypes(_output_of(case.backward), "output") if backward else forward_dtypes
+    recorded_out = recorded_dtypes(entries.output(backward=True), "output") if backward else forward_dtypes
     differences = dtype_differences({o.name: o.actual.dtype for o in compared if o.actual.is_floating_point()},
                                     recorded_out)
     guesses = (*inputs.guesses, *([inferred] if inferred else []), *differences)
@@ -238,10 +246,6 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
                       error_data=saved, partner=partner, unpaired=unpaired[0] if unpaired else "",
                       parted=tuple(f"{o.name}: {c.describe()}" for o in outputs if partner
                                    for c in parted_checks(o.verdict)))
-
-
-def _output_of(entry: Any) -> Any:
-    return entry.get("output") if isinstance(entry, dict) else None
 
 
 def _leaves(args, kwargs) -> list[Any]:
@@ -283,13 +287,13 @@ def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings:
     return CaseInputError(f"{case.key} ({case.source}): {exc}")
 
 
-def _check_budget(case: DumpCase, settings: Settings) -> None:
+def _check_budget(case: DumpCase, entries: CaseEntries, settings: Settings) -> None:
     """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
     if settings.max_case_bytes is None:
         return
     # A baseline dump's partner is judged before the case, not beside it: it needs no room of its own.
     beside = settings.baseline is not None and not isinstance(settings.baseline, BaselineDump)
-    need = case_bytes(case.forward, case.backward, direction=case.direction, baseline=beside, name=case.name)
+    need = case_bytes(entries, direction=case.direction, baseline=beside)
     if need > settings.max_case_bytes:
         raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
                                        f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .descriptors import (
-    DumpedDevice, TensorSpec, decode_call, decode_for, decode_grads, require_finite_extremes, require_rebuildable,
+    CaseEntries, DumpedDevice, TensorSpec, decode_for, require_finite_extremes, require_rebuildable,
 )
 from .synthesis import Role, RoleKind, role_for, synthesize
 from .tensor_files import load_tensor
@@ -43,15 +43,18 @@ class CallInputs:
         return replace(self, args=tuple(_mapped(self.args, DumpedDevice, lambda _: device)),
                        kwargs=_mapped(self.kwargs, DumpedDevice, lambda _: device))
 
-def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) -> CallInputs:
+def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None,
+                entries: CaseEntries | None = None) -> CallInputs:
     """Concrete inputs of ``case``: real tensor files where the dump has them, else synthesized.
 
     Synthesized tensors get per-tensor seeds from the forward case id and the argument's position,
     so a backward case sees exactly its forward case's inputs, in any run order. ``seed`` is an
     optional run-wide salt: give the same value to every case (not ``case.seed``) to draw a
-    different but equally reproducible set of inputs.
+    different but equally reproducible set of inputs. ``entries``: the case's entries as its run
+    has read and decoded them (read here where not given).
     """
-    call = decode_for(case.forward_key, lambda entry: decode_call(entry, case.name), case.forward, case.source)
+    entries = case.read() if entries is None else entries
+    call = decode_for(case.forward_key, lambda read: read.call, entries, case.source)
     context = call.top_level()
     grad_paths: list[str] = []
 
@@ -75,7 +78,7 @@ def materialize(case: "DumpCase", data_dir: Path, *, seed: int | None = None) ->
     kwargs = _mapped(call.kwargs, TensorSpec, forward_tensor)
     grads: tuple[torch.Tensor | None, ...] = ()
     if case.direction == "backward":
-        specs = decode_for(case.key, decode_grads, case.backward, case.source)
+        specs = decode_for(case.key, lambda read: read.grads, entries, case.source)
         grads = tuple(None if s is None else build(s, case.key, case.seed, None) for s in specs)
     return CallInputs(args, kwargs, grads, tuple(grad_paths), call.guesses)
 

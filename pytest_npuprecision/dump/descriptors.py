@@ -7,6 +7,7 @@ later makes the tensors they describe.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,32 @@ class DecodedCall:
         values = {f"input_args[{i}]": v for i, v in enumerate(self.args)}
         values.update({f"input_kwargs[{k!r}]": v for k, v in self.kwargs.items()})
         return values
+
+
+@dataclass(frozen=True)
+class CaseEntries:
+    """One case's entries as dump.json has them, read once when the case runs and decoded at most
+    once there: its thread count, memory budget, skip, arguments and recorded results all read them
+    here. Nothing keeps them after the run (a 100k-entry dump would hold every entry)."""
+
+    name: str  # the op's bare name ("to"), which decodes some arguments msprobe leaves empty
+    forward: Any  # the forward entry, or None
+    backward: Any = None  # the backward entry when it is an object, else None
+
+    @functools.cached_property
+    def call(self) -> DecodedCall:
+        """The forward's arguments (raises DescriptorError, and again on each use)."""
+        return decode_call(self.forward, self.name)
+
+    @functools.cached_property
+    def grads(self) -> tuple[TensorSpec | None, ...]:
+        """The backward's gradients into the outputs (raises DescriptorError, and again on each use)."""
+        return decode_grads(self.backward)
+
+    def output(self, backward: bool = False) -> Any:
+        """The recorded 'output' of the forward entry (of the backward one: the input gradients), or None."""
+        entry = self.backward if backward else self.forward
+        return entry.get("output") if isinstance(entry, dict) else None
 
 
 # ---------------------------------------------------------------- decoding

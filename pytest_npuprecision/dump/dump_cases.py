@@ -23,7 +23,7 @@ from typing import Any, Iterator, NamedTuple
 
 from ..common.shown_text import quoted_key, shown_key
 from .descriptors import (
-    MalformedDescriptor, UnsupportedDescriptor, decode_call, decode_grads, iter_specs, require_rebuildable,
+    CaseEntries, MalformedDescriptor, UnsupportedDescriptor, decode_grads, iter_specs, require_rebuildable,
 )
 from .entries import MAX_ENTRY_BYTES, Entry, LoadedEntry, read_dump
 from .locations import DATA_DIR_NAME, dump_location
@@ -78,7 +78,7 @@ class DumpCase:
     @property
     def forward(self) -> Any:
         """The forward entry as dump.json has it, or None; read from the file again on use (raises
-        EntryUnreadable when it cannot be)."""
+        EntryUnreadable when it cannot be). A run of the case reads it once, through ``read``."""
         return None if self.forward_entry is None else self.forward_entry.value
 
     @property
@@ -86,13 +86,27 @@ class DumpCase:
         """The backward entry as dump.json has it when it is an object, else None."""
         return None if self.backward_entry is None else self.backward_entry.value
 
+    def read(self) -> CaseEntries:
+        """Its entries for one run of the case, read from dump.json once (raises EntryUnreadable); a
+        forward case needs no backward entry."""
+        return CaseEntries(self.name, self.forward, self.backward if self.direction == "backward" else None)
+
+    def decoded_skip(self, entries: CaseEntries) -> tuple[SkipReason, str] | None:
+        """(reason, message) where the case's entries, read for this run, cannot be replayed (malformed,
+        missing data, a random op); None where they can. A reason its key gives is ``known_skip``'s."""
+        found = _decoded_skip(self, entries)
+        return None if found is None else (found[0], self.skip_message_of(found[1]))
+
+    def skip_message_of(self, detail: str) -> str:
+        return f"{shown_key(self.key)}: {detail}"
+
     @functools.cached_property
     def _skip(self) -> tuple[SkipReason | None, str]:
         # Reasons that need the entries decoded are found on first use, when the case runs: collecting
         # a dump of 100k entries then decodes none of them.
         if self.known_skip is not None:
             return self.known_skip
-        return _decoded_skip(self) or (None, "")
+        return _decoded_skip(self, self.read()) or (None, "")
 
     @property
     def skip(self) -> SkipReason | None:
@@ -105,7 +119,7 @@ class DumpCase:
 
     @property
     def skip_message(self) -> str:
-        return f"{shown_key(self.key)}: {self.skip_detail}" if self.skip else ""
+        return self.skip_message_of(self.skip_detail) if self.skip else ""
 
 
 @dataclass(frozen=True)
@@ -329,16 +343,16 @@ def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any) -> 
     return None
 
 
-def _decoded_skip(case: DumpCase) -> tuple[SkipReason, str] | None:
+def _decoded_skip(case: DumpCase, entries: CaseEntries) -> tuple[SkipReason, str] | None:
     """(reason, detail) for a case whose entries cannot be replayed (malformed, missing data, random)."""
     name, direction = case.name, case.direction
     of_forward = "" if direction == "forward" else f"forward entry {case.forward_key}: "
     try:
-        call = decode_call(case.forward, name)
+        call = entries.call
         _check_rebuildable(call.specs())
         if direction == "backward":
             of_forward = ""
-            _check_rebuildable(decode_grads(case.backward))
+            _check_rebuildable(entries.grads)
     except MalformedDescriptor as exc:
         return SkipReason.MALFORMED_ENTRY, f"{of_forward}{exc}; re-dump this API or delete the entry"
     except UnsupportedDescriptor as exc:

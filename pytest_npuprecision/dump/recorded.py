@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .descriptors import DescriptorError, DumpDataError, TensorSpec, decode_for, decode_value
+from .descriptors import CaseEntries, DescriptorError, DumpDataError, TensorSpec, decode_for, decode_value
 from .tensor_files import load_tensor
 
 
@@ -36,10 +36,10 @@ class RecordedResults:
             object.__setattr__(self, "output_dtypes", tuple(t.dtype for _, t in self.outputs))
 
 
-def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
-    """The tensors a case compares, loaded from the dump; raise NothingRecorded where it has none."""
-    entry = case.forward if case.direction == "forward" else case.backward
-    value = entry.get("output") if isinstance(entry, dict) else None
+def recorded_results(case: Any, entries: CaseEntries, data_dir: Path) -> RecordedResults:
+    """The tensors a case compares, loaded from the dump; raise NothingRecorded where it has none.
+    ``entries``: the case's entries as its run read them."""
+    value = entries.output(backward=case.direction != "forward")
     decoded = decode_for(case.key, lambda v: decode_value(v, "output"), value, case.source)
     named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
     files = [(name, spec) for name, spec in named if spec.data_name is not None]
@@ -59,38 +59,38 @@ def recorded_results(case: Any, data_dir: Path) -> RecordedResults:
     grads = tuple(by_position.get(f"output.{i}") for i in range(count))
     # The forward's outputs only tell whether an inf in a gradient came from a forward overflow.
     finite = all(bool(torch.isfinite(g).all()) for g in grads if g is not None and g.is_floating_point())
-    return RecordedResults(outputs=() if finite else _forward_outputs(case, data_dir), grads=grads,
-                           output_dtypes=_forward_dtypes(case))
+    return RecordedResults(outputs=() if finite else _forward_outputs(case, entries, data_dir), grads=grads,
+                           output_dtypes=_forward_dtypes(entries))
 
 
-def forward_output_shapes(case: Any) -> tuple[tuple[int, ...], ...] | None:
+def forward_output_shapes(entries: CaseEntries) -> tuple[tuple[int, ...], ...] | None:
     """The shapes of a case's forward output tensors, from their descriptors (no file is read)."""
     try:
-        decoded = decode_value(case.forward.get("output"), "output")
-    except (DescriptorError, AttributeError):
+        decoded = decode_value(entries.output(), "output")
+    except DescriptorError:
         return None
     return tuple(spec.shape for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
 
 
-def forward_output_tensors(case: Any, data_dir: Path) -> tuple[torch.Tensor, ...]:
+def forward_output_tensors(case: Any, entries: CaseEntries, data_dir: Path) -> tuple[torch.Tensor, ...]:
     """A case's recorded forward output tensors, where the dump has their files (best effort)."""
-    return tuple(t for _, t in _forward_outputs(case, data_dir))
+    return tuple(t for _, t in _forward_outputs(case, entries, data_dir))
 
 
-def _forward_dtypes(case: Any) -> tuple[torch.dtype, ...]:
+def _forward_dtypes(entries: CaseEntries) -> tuple[torch.dtype, ...]:
     """The dtypes of a backward case's forward outputs, from their descriptors (no file is read)."""
     try:
-        decoded = decode_value(case.forward.get("output"), "output")
-    except (DescriptorError, AttributeError):
+        decoded = decode_value(entries.output(), "output")
+    except DescriptorError:
         return ()
     return tuple(spec.dtype for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
 
 
-def _forward_outputs(case: Any, data_dir: Path) -> tuple[tuple[str, torch.Tensor], ...]:
+def _forward_outputs(case: Any, entries: CaseEntries, data_dir: Path) -> tuple[tuple[str, torch.Tensor], ...]:
     """A backward case's forward outputs, where recorded: they show a forward that overflowed. Best
     effort: a forward file that cannot be read is its own forward case's input error."""
     try:
-        decoded = decode_value(case.forward.get("output"), "output")
+        decoded = decode_value(entries.output(), "output")
         named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
         return tuple((name, _as_tensor(load_tensor(data_dir, spec, case.forward_key))) for name, spec in named
                      if spec.data_name is not None)

@@ -15,9 +15,7 @@ from typing import Any, Iterable
 
 import torch
 
-from ..dump.descriptors import (
-    DecodedCall, DescriptorError, TensorSpec, decode_call, decode_grads, decode_value, iter_specs,
-)
+from ..dump.descriptors import CaseEntries, DecodedCall, DescriptorError, TensorSpec, decode_value, iter_specs
 
 _GOLDEN_ITEMSIZE = 8  # float64
 _METRIC_BYTES = 32  # float64 error, bound and mask work per output element
@@ -49,43 +47,40 @@ def _bytes(specs: Iterable[TensorSpec], per_element: int) -> int:
     return sum(spec.numel * (spec.dtype.itemsize + per_element) for spec in specs)
 
 
-def case_bytes(forward: Any, backward: Any, *, direction: str, baseline: bool, name: str = "") -> int:
+def case_bytes(entries: CaseEntries, *, direction: str, baseline: bool) -> int:
     """The peak bytes of one case, from its entries' descriptors; undecodable parts count nothing
     (they fail the case later, with their own message). A factory call (ones, arange, new_zeros...)
     counts what its size arguments make, whatever output the dump declares."""
-    try:
-        call = decode_call(forward, name)
-    except (DescriptorError, AttributeError, TypeError):
-        call = None
+    call = _decoded(lambda: entries.call)
     inputs = _specs(lambda: call.specs()) if call is not None else []
-    outputs = _specs(lambda: iter_specs(decode_value(forward.get("output"), "output")) if isinstance(forward, dict)
-                     else ())
+    outputs = _specs(lambda: iter_specs(decode_value(entries.output(), "output")))
     copies = 2 if baseline else 1  # the device's copy, and the baseline's
     need = sum(s.numel * (s.dtype.itemsize * (1 + copies) + _GOLDEN_ITEMSIZE) for s in inputs)
-    made = 0 if call is None else factory_elements(name, call)
+    made = 0 if call is None else factory_elements(entries.name, call)
     need += max(_bytes(outputs, _GOLDEN_ITEMSIZE + _METRIC_BYTES),
                 made * (_made_itemsize(call) * copies + _GOLDEN_ITEMSIZE + _METRIC_BYTES))
     if direction == "backward":
         need *= 2  # the gradients of every input, on each side
-        grads = _specs(lambda: (g for g in decode_grads(backward) if g is not None))
+        grads = _specs(lambda: (g for g in entries.grads if g is not None))
         need += sum(g.numel * (g.dtype.itemsize * (1 + copies) + _GOLDEN_ITEMSIZE) for g in grads)
     return need
 
 
-def input_elements(forward: Any, name: str = "") -> int:
+def input_elements(entries: CaseEntries) -> int:
     """The elements of a call's tensor inputs as its forward entry declares them; 0 where it cannot be decoded."""
+    call = _decoded(lambda: entries.call)
+    return 0 if call is None else sum(spec.numel for spec in _specs(lambda: call.specs()))
+
+
+def _decoded(make, undecodable: Any = None) -> Any:
     try:
-        call = decode_call(forward, name)
+        return make()
     except (DescriptorError, AttributeError, TypeError):
-        return 0
-    return sum(spec.numel for spec in _specs(lambda: call.specs()))
+        return undecodable
 
 
 def _specs(make) -> list[TensorSpec]:
-    try:
-        return list(make())
-    except (DescriptorError, AttributeError, TypeError):
-        return []
+    return _decoded(lambda: list(make()), [])
 
 
 # ---------------------------------------------------------------- factory calls
