@@ -67,13 +67,22 @@ class DumpCase:
     forward_entry: Entry | None  # where the forward entry is (dump.json's text is decoded on use), or None
     backward_entry: Entry | None  # where the backward entry is, when it is an object; else None
     case_id: str  # "step0/rank0::Functional.gelu.0.forward"
-    seed: int  # zlib.crc32 of case_id
-    forward_seed: int  # zlib.crc32 of the forward case's id: a backward case rebuilds the same inputs
+    location: str  # the case id's prefix, "step0/rank0" ("" where there is none)
     order: int  # position in dump.json, i.e. execution order
     source: Path  # the dump.json
     known_skip: tuple[SkipReason, str] | None = None  # a reason its key or a missing entry gives at once
     input_error: str | None = None  # the dump is at fault whatever the entry says (an ambiguous or unprintable key)
     overflow_recorded: bool = False  # the dump's statistics show an inf or nan in what this case compares
+
+    @property
+    def seed(self) -> int:
+        """zlib.crc32 of case_id (made when the case runs: collection makes 100k cases)."""
+        return zlib.crc32(self.case_id.encode())
+
+    @property
+    def forward_seed(self) -> int:
+        """zlib.crc32 of the forward case's id: a backward case rebuilds the same inputs."""
+        return zlib.crc32(_case_id(self.location, self.forward_key).encode())
 
     @property
     def forward(self) -> Any:
@@ -296,9 +305,8 @@ def _case(key: str, facts: _Facts, entry: Entry, order: int, data: dict[str, tup
         key=key, api=api, prefix=prefix, name=name, call_index=index, direction=direction,
         forward_key=forward_key, forward_entry=None if forward is None else forward[1],
         backward_entry=None if backward is None else backward[1],
-        case_id=case_id, seed=zlib.crc32(case_id.encode()),
-        forward_seed=zlib.crc32(_case_id(location, forward_key).encode()),
-        order=order, source=source, known_skip=skip, overflow_recorded=facts.nonfinite,
+        case_id=case_id, location=location, order=order, source=source, known_skip=skip,
+        overflow_recorded=facts.nonfinite,
     )
 
 
