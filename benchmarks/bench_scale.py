@@ -126,13 +126,19 @@ def least(runs: int, *args: str, cwd: Path, env: dict[str, str] | None = None) -
 
 # pytest's own floor: items that do nothing, as a conftest makes them (bare Items) or as a test file does.
 _BARE_ITEMS = """
-import os, pytest
+import gc, os, pytest
 class Bare(pytest.Item):
     def runtest(self):
         pass
 class Items(pytest.Collector):
     def collect(self):
-        return [Bare.from_parent(self, name=f"Functional.gelu.{i}.forward") for i in range(int(os.environ["ITEMS"]))]
+        if os.environ.get("NO_GC"):  # as the plugin makes its items: no cyclic gc, frozen after
+            gc.disable()
+        items = [Bare.from_parent(self, name=f"Functional.gelu.{i}.forward") for i in range(int(os.environ["ITEMS"]))]
+        if os.environ.get("NO_GC"):
+            gc.freeze()
+            gc.enable()
+        return items
 def pytest_collect_file(file_path, parent):
     if file_path.name == "items.txt":
         return Items.from_parent(parent, path=file_path, name=file_path.name)
@@ -162,11 +168,12 @@ def collection(empty: Path, folder: Path, sizes: list[int]) -> None:
         report(f"collection: {size} entries, CPU above start-up", cpu - base, max(30e-6 * size, 0.1), "s")
     report(f"collection: {size} entries, CPU per entry", (cpu - base) / size * 1e6, 30, "us")
     report(f"collection: {size} entries, peak memory above start-up", rss - base_rss, 300, "MiB")
-    floors = {"bare pytest.Item": pytest_floor(folder / "bare", _BARE_ITEMS, "conftest.py"),
-              "parametrized test": pytest_floor(folder / "parametrized", _PARAMETRIZED, "test_nothing.py")}
-    for name, where in floors.items():
-        one, one_rss, _ = least(2, "--co", "-p", "no:npuprecision", cwd=where, env={"ITEMS": "1"})
-        many, many_rss, _ = pytest_usage("--co", "-p", "no:npuprecision", cwd=where, env={"ITEMS": str(size)})
+    bare = pytest_floor(folder / "bare", _BARE_ITEMS, "conftest.py")
+    floors = {"bare pytest.Item": (bare, {}), "bare pytest.Item, no cyclic gc": (bare, {"NO_GC": "1"}),
+              "parametrized test": (pytest_floor(folder / "parametrized", _PARAMETRIZED, "test_nothing.py"), {})}
+    for name, (where, env) in floors.items():
+        one, one_rss, _ = least(2, "--co", "-p", "no:npuprecision", cwd=where, env={**env, "ITEMS": "1"})
+        many, many_rss, _ = pytest_usage("--co", "-p", "no:npuprecision", cwd=where, env={**env, "ITEMS": str(size)})
         info(f"pytest's floor: {size} items ({name}), CPU per item", (many - one) / size * 1e6, "us")
         info(f"pytest's floor: {size} items ({name}), memory", many_rss - one_rss, "MiB")
 
