@@ -108,8 +108,8 @@ runpy.run_module("pytest", run_name="__main__", alter_sys=True)
 def pytest_usage(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(CPU seconds, peak RSS MiB of that pytest process, its output) of one fresh pytest run."""
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen([sys.executable, "-c", _PEAK_RSS, "-q", "-p", "no:cacheprovider", *args],
-                                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+        child = subprocess.Popen([sys.executable, "-c", _PEAK_RSS, "-q", "-p", "no:cacheprovider", *args], cwd=cwd,
+                                 stdout=out, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)

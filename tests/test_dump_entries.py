@@ -234,3 +234,24 @@ def test_a_case_reads_and_decodes_its_entries_once(tmp_path, monkeypatch):
     calls.update(read=0, decode_call=0)
     assert run_case(backward, path.parent / "dump_tensor_data", settings_).status.value == "pass"
     assert calls == {"read": 2, "decode_call": 1, "decode_grads": 1}
+
+
+def test_collection_decodes_no_arguments_and_a_malformed_entry_fails_its_own_case(tmp_path, monkeypatch):
+    broken = {**GELU, "input_args": [tensor(shape="4x8")]}
+    path = write(tmp_path, document({"Functional.gelu.0.forward": GELU, "Functional.gelu.1.forward": broken}))
+    decoded = []
+
+    def recorded(function):
+        return lambda *args, **kwargs: decoded.append(args) or function(*args, **kwargs)
+
+    for name in ("decode_call", "decode_value"):
+        monkeypatch.setattr(descriptors, name, recorded(getattr(descriptors, name)))
+    good, bad = load_dump(path).cases
+    assert decoded == [] and "_skip" not in vars(bad)  # its reason waits for its run
+    settings_ = Settings(device=torch.device("cpu"))
+    with pytest.raises(CaseSkipped) as skipped:
+        run_case(bad, path.parent / "dump_tensor_data", settings_)
+    assert skipped.value.reason == "malformed-entry"
+    assert str(skipped.value) == ("Functional.gelu.1.forward: input_args[0] has shape '4x8', expected a list of "
+                                  "non-negative ints; re-dump this API or delete the entry")
+    assert run_case(good, path.parent / "dump_tensor_data", settings_).status.value == "pass"
