@@ -149,7 +149,7 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
     try:
         return _run_case(case, data_dir, settings)
-    except EntryUnreadable as exc:  # its entry is decoded from dump.json on use, and the file may have changed
+    except EntryUnreadable as exc:  # its entries are read from dump.json as it runs, and the file may have changed
         raise CaseInputError(str(exc)) from None
 
 
