@@ -3,8 +3,9 @@
 Issue 41's target: a whole-dump run at least 50x faster than msprobe's `acc_check` (the tool formerly
 called run_ut), per API, whole processes, start-up included. Both sides run on the CPU, as tests/data
 documents: msprobe 26.2.0 without torch_npu sets its device to "cuda" and its `acc_check_command()`
-calls `torch.cuda.set_device`, which a CPU build of torch cannot do (a bare `NotImplementedError`).
-Its child here applies, at run time, the four patches of the fixtures' `run_acc_check_cpu.py` (the
+calls `torch.cuda.set_device`, which a CPU build of torch cannot do (a bare `NotImplementedError`);
+its `-d` takes device ids 0-7, no CPU.
+Its child here applies, at run time, the patches tests/data/msprobe-dumps/README.md describes (the
 device side and its autocast on the CPU, `torch.cuda.set_device` a no-op) and then runs msprobe's own
 `main()` unchanged: msprobe compares the dumped dtype on the CPU against its raised-precision bench on
 the CPU. Ours runs `pytest --npu-precision DUMP --npu-precision-device cpu`, serial and `-n 2`, with a
@@ -17,7 +18,7 @@ one API is the side's start-up, and (whole - one API) / (APIs - 1) its cost per 
 Times are wall and CPU (getrusage of the child and its workers), one msprobe run between two of each
 of ours (the median of ours is used), so that a machine others use loads both sides alike.
 
-    python benchmarks/bench_msprobe.py [--copies 4] [--quick]
+    python benchmarks/bench_msprobe.py [--copies 4] [--quick] [--markdown]
 
 Exits 2 when msprobe is not installed (`pip install mindstudio-probe==26.2.0`, never a dependency).
 """
@@ -153,7 +154,8 @@ def msprobe(dump: Path, out: Path) -> tuple[Run, Judged]:
 
 
 def msprobe_child(argv: list[str]) -> None:
-    """msprobe acc_check on the CPU: the fixtures' run_acc_check_cpu.py patches, then msprobe's main()."""
+    """msprobe acc_check on the CPU: the patches tests/data/msprobe-dumps/README.md describes, then
+    msprobe's own main()."""
     import torch
     import msprobe.pytorch.api_accuracy_checker.acc_check.acc_check as acc_check
     import msprobe.pytorch.api_accuracy_checker.acc_check.acc_check_utils as acc_check_utils
