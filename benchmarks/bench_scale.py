@@ -1,12 +1,17 @@
-"""How the harness scales, against issues 19's and 41's targets: start-up, collection, per-case cost, xdist.
+"""How the harness scales, against issues 19 and 41: start-up, collection, per-case cost, xdist, msprobe.
 
 Each line prints the measurement, its target and the ratio; the script exits 1 when any measurement
 misses its target by more than 2x, so a regression shows. Every pytest run is a fresh subprocess in
 an empty folder (warm bytecode cache: run it twice after changing the code).
 
-    python benchmarks/bench_scale.py [--quick]
+    python benchmarks/bench_scale.py [--quick] [--no-msprobe] [--markdown]
 
-- start-up: `pytest --co` in an empty folder, plugin installed vs `-p no:npuprecision` (time, peak RSS)
+`--markdown` ends with the README's speed table: every figure, its target and the load average when
+it was taken.
+
+- start-up: `pytest --co` in an empty folder, the plugin installed but unused against `-p no:npuprecision`
+  and against a site-packages without the plugin, in paired alternating whole processes (10 rounds,
+  4 with --quick): the median ratio of CPU (getrusage of the child) and of wall, and the peak RSS
 - collection: `pytest --co --npu-precision` of synthetic statistics dumps of 1k, 10k and 100k entries,
   CPU (getrusage of the child) above the start-up of a 1-entry dump, and beside it pytest's own floor:
   as many bare `pytest.Item`s, and parametrized test functions, made by a conftest
@@ -18,16 +23,22 @@ an empty folder (warm bytecode cache: run it twice after changing the code).
 - judging threads: judge() of one 1M-element float32 output with torch's default threads over one thread
 - matmul memory: the peak RSS rise of one case judging a 4096x4096 float32 matmul (2048 with --quick) from a
   tensor dump, in a fresh process, over the bytes of its dumped tensors
+- against msprobe: a whole tensor dump (transformer_tensor's step 0, 4 times over; once with --quick)
+  by us, serial and -n 2, and by msprobe's acc_check on the CPU, per API (benchmarks/bench_msprobe.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +48,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_dump  # noqa: E402  (its synthetic dumps)
 import bench_metrics  # noqa: E402  (its seeded judge inputs)
+import bench_msprobe  # noqa: E402  (a whole dump against msprobe's acc_check)
+from bench_report import MISSES, load_average, markdown, report  # noqa: E402
 
 from pytest_npuprecision import capture
 from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
@@ -44,17 +57,6 @@ from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay.threads import available_cores
 
 ROOT = Path(__file__).resolve().parents[1]
-MISSES: list[str] = []
-
-
-def report(what: str, value: float, target: float, unit: str, higher_is_better: bool = False) -> None:
-    ratio = (target / value if higher_is_better else value / target) if value and target else 0.0
-    verdict = "ok" if ratio <= 1 else ("missed" if ratio <= 2 else "MISSED BY MORE THAN 2x")
-    if ratio > 2:
-        MISSES.append(what)
-    print(f"{what:58s} {value:9.3g} {unit:4s} target {'>=' if higher_is_better else '<='} {target:g}: {verdict}")
-
-
 def synthetic_dump(entries: int, folder: Path, apis: tuple[str, ...] | None = None) -> Path:
     """The rank folder of a statistics dump of ``entries`` entries copied from the mlp statistics fixture."""
     source = next((ROOT / "tests" / "data" / "msprobe-dumps" / "mlp_statistics").rglob("dump.json"))
@@ -81,11 +83,66 @@ def best(runs: int, *args: str, cwd: Path, env: dict[str, str] | None = None) ->
     return min(results, key=lambda r: r[0])
 
 
-def start_up(empty: Path, runs: int) -> None:
-    plain, plain_rss, _ = best(runs, "--co", "-p", "no:npuprecision", cwd=empty)
-    with_plugin, plugin_rss, _ = best(runs, "--co", cwd=empty)
-    report("start-up: pytest --co, plugin / no plugin", with_plugin / plain, 1.2, "x")
-    report("start-up: extra peak memory of the plugin", max(0.0, plugin_rss - plain_rss), 20, "MiB")
+# Start-up (issue 41): `pytest --co` in an empty folder three ways, in alternating whole processes,
+# each launched alike (`python -S`, then site.addsitedir of a site-packages folder, then pytest), so
+# that a machine others use moves both sides of each ratio alike:
+STARTUP_WAYS = {
+    "plugin unused": (),  # installed, in the run, no dump and no op case: the user's everyday cost
+    "-p no:npuprecision": ("-p", "no:npuprecision"),  # blocked before pluggy imports it
+    "not installed": (),  # a site-packages of links to every entry but the plugin's
+}
+LAUNCH = ("import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['pytest', *sys.argv[2:]]; "
+          "runpy.run_module('pytest', run_name='__main__', alter_sys=True)")
+
+
+def start_up(empty: Path, folder: Path, pairs: int) -> None:
+    """Median over paired, alternating runs of the plugin unused over each way without it, CPU
+    (getrusage of the child) and wall, with the lowest and highest pair."""
+    sites = _startup_sites(folder / "site-packages")
+    ways = [way for way in STARTUP_WAYS if way in sites]
+    runs: dict[str, list[tuple[float, float, float]]] = {way: [] for way in ways}
+    for turn in range(pairs):
+        for way in ways if turn % 2 == 0 else reversed(ways):
+            runs[way].append(_startup_run(sites[way], STARTUP_WAYS[way], empty))
+    print(f"start-up: {pairs} rounds, median wall / CPU seconds: "
+          + ", ".join(f"{way} {statistics.median(r[0] for r in runs[way]):.2f} / "
+                      f"{statistics.median(r[1] for r in runs[way]):.2f}" for way in ways))
+    for baseline in ways[1:]:
+        for index, kind in ((1, "CPU"), (0, "wall")):
+            ratios = [used[index] / without[index] for used, without in zip(runs["plugin unused"], runs[baseline])]
+            report(f"start-up: plugin unused / {baseline}, {kind}", statistics.median(ratios), 1.2, "x",
+                   detail=f"median of {pairs} pairs, {min(ratios):.2f}-{max(ratios):.2f}x")
+    extra = statistics.median(used[2] - without[2] for used, without in zip(runs["plugin unused"], runs[ways[-1]]))
+    report(f"start-up: extra peak memory of the plugin over {ways[-1]}", max(0.0, extra), 20, "MiB")
+
+
+def _startup_sites(farm: Path) -> dict[str, Path]:
+    """The site-packages folder each way runs with; "not installed" only where the plugin is installed."""
+    try:
+        site_packages = Path(importlib.metadata.distribution("pytest-npuprecision").locate_file(""))
+    except importlib.metadata.PackageNotFoundError:
+        print("start-up: the plugin is not installed here, so every way below runs without it")
+        return {"plugin unused": Path(sysconfig.get_paths()["purelib"])}
+    farm.mkdir()
+    for entry in site_packages.iterdir():  # the package, its dist-info, an editable install's hook
+        if not re.match(r"(__editable__[._]+)?pytest_npuprecision", entry.name):
+            (farm / entry.name).symlink_to(entry)
+    return {"plugin unused": site_packages, "-p no:npuprecision": site_packages, "not installed": farm}
+
+
+def _startup_run(site_packages: Path, args: tuple[str, ...], cwd: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS MiB) of one `pytest --co` process. The checkout's package
+    comes first on its path, as for `python -m pytest` in the checkout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-S", "-c", LAUNCH, str(site_packages), "-q", "-p", "no:cacheprovider",
+                              "--co", *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = 0
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) not in (0, 5):  # 5: no tests collected
+        raise SystemExit(f"start-up run failed ({os.waitstatus_to_exitcode(status)}): {site_packages} {args}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def info(what: str, value: float, unit: str) -> None:
@@ -294,6 +351,14 @@ def matmul_child(dump: Path, size: int) -> None:
     print(json.dumps({"ratio": (_peak_rss() - before) / tensors, "tensors": tensors}))
 
 
+def against_msprobe(folder: Path, copies: int) -> None:
+    """A whole tensor dump, serial and -n 2, against msprobe's acc_check (benchmarks/bench_msprobe.py)."""
+    if importlib.util.find_spec("msprobe") is None:
+        print("against msprobe: not run, msprobe is not installed (pip install mindstudio-probe==26.2.0)")
+        return
+    bench_msprobe.print_figures(bench_msprobe.measure(folder / "msprobe", copies), report)
+
+
 def _peak_rss() -> int:
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
@@ -301,22 +366,30 @@ def _peak_rss() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller dumps, one run each")
+    parser.add_argument("--quick", action="store_true", help="smaller dumps, fewer runs")
+    parser.add_argument("--no-msprobe", action="store_true", help="leave out the comparison with msprobe")
+    parser.add_argument("--markdown", action="store_true", help="end with the README's speed table of these figures")
     parser.add_argument("--matmul-child", nargs=2, metavar=("DUMP", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.matmul_child:
         matmul_child(Path(args.matmul_child[0]), int(args.matmul_child[1]))
         return 0
+    load_before = load_average()
+    print(f"load average before: {load_before} ({os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         empty = folder / "empty"
         empty.mkdir()
-        start_up(empty, 1 if args.quick else 3)
+        start_up(empty, folder, 4 if args.quick else 10)
         collection(empty, folder, [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
         per_case(folder)
         xdist(empty, folder, 1_000 if args.quick else 6_000)
         judge_threads()
         matmul_memory(folder, 2048 if args.quick else 4096)
+        if not args.no_msprobe:
+            against_msprobe(folder, 1 if args.quick else 4)
+    if args.markdown:
+        print(markdown(" ".join(["python benchmarks/bench_scale.py", *sys.argv[1:]]), load_before))
     if MISSES:
         print(f"missed by more than 2x: {', '.join(MISSES)}")
         return 1
