@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -32,6 +33,22 @@ def _centring(op: str) -> AccumulationRule:
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
                             arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm", correlated=True,
                             shared_affine=lambda a, k: norm_terms.affine(op, a, k))
+
+
+def _native_batch_norm() -> AccumulationRule:
+    """torch.native_batch_norm is batch_norm with weight and bias before the running statistics
+    (input, weight, bias, running_mean, running_var, training, momentum, eps): batch_norm's rule,
+    read in that order. Without it, its sums over N·H·W were judged as one rounding each."""
+    rule = _centring("batch_norm")
+
+    def ordered(a: Sequence[Any]) -> Sequence[Any]:
+        return (a[0], a[3], a[4], a[1], a[2], *a[5:]) if len(a) >= 5 else a
+
+    return replace(rule, length=lambda a, k: rule.length(ordered(a), k),
+                   term_norm=lambda a, k: rule.term_norm(ordered(a), k),
+                   grad_term_norms=lambda a, k, g: rule.grad_term_norms(ordered(a), k, g),
+                   shared_affine=lambda a, k: rule.shared_affine(ordered(a), k),
+                   arguments=("input", "weight", "bias", "running_mean", "running_var"))
 
 
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:
@@ -153,6 +170,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
+    "native_batch_norm": _native_batch_norm(),
     # Two sums in a chain, whose lengths add as attention's do: the log-sum-exp over the classes, then
     # the mean over the batch (not their product: no sum runs over every logit at once).
     "cross_entropy": AccumulationRule(loss_length(6, per_sample=class_count, total=classes_then_batch),
