@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..common.dtypes import float_format
-from . import attention_terms, composite_terms, norm_terms, sampling_terms, softmax_terms
+from . import attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
 from .reduction_lengths import (
@@ -68,6 +68,11 @@ _STAT = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 
 def _statistic(op: str) -> AccumulationRule:
     return AccumulationRule(_STAT.length,
                             grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g))
+
+
+def _observations(x: torch.Tensor) -> int:
+    """torch.cov's observations: the columns of a matrix, the elements of a vector."""
+    return x.shape[1] if x.dim() >= 2 else max(x.numel(), 1)
 
 
 _NORM = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 2, "dim")))
@@ -156,6 +161,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     **{name: AccumulationRule(recurrent) for name in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     "multi_head_attention_forward": AccumulationRule(multi_head_attention),
     "var": _statistic("var"), "std": _statistic("std"),
+    # A sum over the observations of centred products, over a normalization that may cancel
+    # (bounds/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
+    "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)), roundings=1,
+                            term_norm=covariance_terms.forward_terms, grad_term_norms=covariance_terms.gradient_terms),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
