@@ -96,10 +96,9 @@ def _fitting(norm: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | Non
     if norm is None or norm.numel() == math.prod(shape):
         return norm
     try:
-        torch.broadcast_shapes(norm.shape, shape)
-    except RuntimeError:
+        return norm if torch.broadcast_shapes(norm.shape, shape) == torch.Size(shape) else None
+    except RuntimeError:  # not broadcastable at all
         return None
-    return norm if torch.broadcast_shapes(norm.shape, shape) == torch.Size(shape) else None
 
 
 # ---------------------------------------------------------------- pairing device and golden
