@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from faulty_backend import Fault, FaultyBackend
-from pytest_npuprecision import check_call
+from pytest_npuprecision import check_call, judge
 from pytest_npuprecision.precision.verdict import Status
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -85,3 +85,17 @@ def test_one_wrong_element_in_a_tiny_tensor_still_fails(api, dtype, fault):
                   if name.startswith("grad.") == fault.backward and (not fault.backward or v.metrics.numel <= 3)]
         assert judged and all(v.status is Status.ERROR for v in judged), verdict.message()
         assert all("max_bound_ratio" in {c.metric for c in v.failures} for v in judged), verdict.message()
+
+
+def test_a_two_element_output_erring_alike_past_its_bound_fails():
+    """Two row sums, each 3 times past its bound and within the maximum's 8: the mean judges them as it
+    judges one scalar (a limit relaxed towards the maximum for few elements would pass them)."""
+    x = torch.linspace(0.5, 1.5, 2048, dtype=torch.float64).reshape(2, 1024)
+    golden = x.sum(1)
+    probe = judge((golden * (1 + 1e-6)).float(), golden, op="Torch.sum", inputs=((x.float(), 1), {}))
+    ratio = probe.metrics.mean_bound_ratio / 1e-6  # the error grows linearly: ratio per unit of relative error
+    wrong = (golden * (1 + 3 / ratio)).float()
+    verdict = judge(wrong, golden, op="Torch.sum", inputs=((x.float(), 1), {}))
+    assert verdict.metrics.max_bound_ratio < 8
+    assert verdict.status is Status.ERROR
+    assert {c.metric for c in verdict.failures} >= {"mean_bound_ratio"}
