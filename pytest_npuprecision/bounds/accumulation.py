@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..common.dtypes import float_format
-from . import attention_terms, composite_terms, norm_terms, sampling_terms, softmax_terms
+from . import attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
 from .reduction_lengths import (
@@ -34,6 +35,22 @@ def _centring(op: str) -> AccumulationRule:
                             shared_affine=lambda a, k: norm_terms.affine(op, a, k))
 
 
+def _native_batch_norm() -> AccumulationRule:
+    """torch.native_batch_norm is batch_norm with weight and bias before the running statistics
+    (input, weight, bias, running_mean, running_var, training, momentum, eps): batch_norm's rule,
+    read in that order. Without it, its sums over N·H·W were judged as one rounding each."""
+    rule = _centring("batch_norm")
+
+    def ordered(a: Sequence[Any]) -> Sequence[Any]:
+        return (a[0], a[3], a[4], a[1], a[2], *a[5:]) if len(a) >= 5 else a
+
+    return replace(rule, length=lambda a, k: rule.length(ordered(a), k),
+                   term_norm=lambda a, k: rule.term_norm(ordered(a), k),
+                   grad_term_norms=lambda a, k, g: rule.grad_term_norms(ordered(a), k, g),
+                   shared_affine=lambda a, k: rule.shared_affine(ordered(a), k),
+                   arguments=("input", "weight", "bias", "running_mean", "running_var"))
+
+
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:
     shape = argument(args, kwargs, 1, "normalized_shape")
     return (shape,) if isinstance(shape, int) else tuple(shape)
@@ -51,6 +68,11 @@ _STAT = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 
 def _statistic(op: str) -> AccumulationRule:
     return AccumulationRule(_STAT.length,
                             grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g))
+
+
+def _observations(x: torch.Tensor) -> int:
+    """torch.cov's observations: the columns of a matrix, the elements of a vector."""
+    return x.shape[1] if x.dim() >= 2 else max(x.numel(), 1)
 
 
 _NORM = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 2, "dim")))
@@ -139,6 +161,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     **{name: AccumulationRule(recurrent) for name in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     "multi_head_attention_forward": AccumulationRule(multi_head_attention),
     "var": _statistic("var"), "std": _statistic("std"),
+    # A sum over the observations of centred products, over a normalization that may cancel
+    # (bounds/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
+    "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)), roundings=1,
+                            term_norm=covariance_terms.forward_terms, grad_term_norms=covariance_terms.gradient_terms),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
     "rms_norm": _NORMALIZED,
@@ -153,6 +179,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
+    "native_batch_norm": _native_batch_norm(),
     # Two sums in a chain, whose lengths add as attention's do: the log-sum-exp over the classes, then
     # the mean over the batch (not their product: no sum runs over every logit at once).
     "cross_entropy": AccumulationRule(loss_length(6, per_sample=class_count, total=classes_then_batch),

@@ -91,6 +91,16 @@ def default_device() -> torch.device:
     return auto_backend().device
 
 
+def _fitting(norm: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """``norm`` where it describes an output of ``shape`` (the same elements, or broadcast onto them)."""
+    if norm is None or norm.numel() == math.prod(shape):
+        return norm
+    try:
+        return norm if torch.broadcast_shapes(norm.shape, shape) == torch.Size(shape) else None
+    except RuntimeError:  # not broadcastable at all
+        return None
+
+
 # ---------------------------------------------------------------- pairing device and golden
 
 
@@ -294,8 +304,13 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         if not forward_acc:
             forward_acc.append(replace(forward_accumulation(golden_op, args, kwargs, golden_side, notes, rule),
                                        math_mode=math_mode))
-        # A norm's rows share their factor in its result, not in the statistics it also returns.
-        return forward_acc[0] if name == "output.0" else replace(forward_acc[0], shared=False, correlated=False)
+        if name == "output.0":
+            return forward_acc[0]
+        # A norm's rows share their factor in its result, not in the statistics it also returns; nor
+        # do result-shaped term norms describe a per-channel mean or invstd (native_batch_norm's).
+        acc = forward_acc[0]
+        return replace(acc, shared=False, correlated=False, term_norm=_fitting(acc.term_norm, actual.shape),
+                       sensitivity=_fitting(acc.sensitivity, actual.shape))
 
     expected = dict(gold.outputs)
     if recorded is not None:  # the dump keeps tensor files only: a golden result it lacks is not compared
