@@ -91,9 +91,10 @@ def _order_rmse(flat_g, term_norm, sensitivity, fmt: FloatFormat | None, acc: Ac
     """Metrics.order_rmse where the output is a plain sum of its terms (Accumulation.plain_sum, their
     norms known, nothing shared or sensitive), summed in its own format (float32, float64); 0 elsewhere.
     A half type's output rounding dwarfs its float32 sum's error, and fair kernels may round twice
-    (an unfused bias): the ceiling would measure that, not the order."""
+    (an unfused bias); inputs rounded to a math mode (TF32, HF32) err per term far more than any
+    order: the ceiling would measure those, not the order."""
     if fmt is None or not acc.plain_sum or acc.length <= 1 or term_norm is None or sensitivity is not None \
-            or acc.shared or fmt.accumulator.unit_roundoff != fmt.unit_roundoff:
+            or acc.shared or fmt.accumulator.unit_roundoff != fmt.unit_roundoff or acc.input_share(fmt):
         return 0.0
     return order_rmse(flat_g, term_norm, fmt, acc.length, acc.roundings, work, _MAX_CHUNK)
 
