@@ -5,7 +5,8 @@ Each op is a row: its msprobe name, the float64 golden (torch's own function), s
 reduces, the defective implementation that accumulates in a low precision. A fair implementation is
 one a real device might ship: torch's CPU kernel; the same maths in another order or blocking; a
 fused or unfused variant; float32 inside for half types; a reciprocal-then-multiply for a divide; an
-online (flash) softmax. Each takes the call's arguments in the dtype under test and returns that dtype.
+online (flash) softmax; a sum one term at a time, blocked or pairwise (torch's). Each takes the
+call's arguments in the dtype under test and returns that dtype.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def correctly_rounded(fn: Kernel) -> Kernel:
 
 
 _truncating = [False]
+_accumulator_bits: list[int | None] = [None]
 
 
 @contextmanager
@@ -71,6 +73,28 @@ def truncating():
         _truncating[0] = False
 
 
+# A float32 kernel's narrower accumulator: 3 bits short of float32's 24 (8x its unit roundoff). A plain
+# float32 sum in any order is fair (sequential_f32 is a fair kernel of sum); a lower-precision sum is not.
+NARROW_ACCUMULATOR_BITS = 21
+
+
+@contextmanager
+def narrow_accumulator(bits: int = NARROW_ACCUMULATOR_BITS):
+    """Within it, every partial sum of sequential_sum keeps ``bits`` significant bits (to nearest)."""
+    _accumulator_bits[0] = bits
+    try:
+        yield
+    finally:
+        _accumulator_bits[0] = None
+
+
+def _to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x rounded to nearest on ``bits`` significant bits, in x's dtype."""
+    mantissa, exponent = torch.frexp(x.double())
+    return torch.ldexp(torch.round(torch.ldexp(mantissa, torch.full_like(exponent, bits))),
+                       exponent - bits).to(x.dtype)
+
+
 def toward_zero(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``wide`` rounded to ``dtype`` toward zero instead of to nearest."""
     nearest = wide.to(dtype)
@@ -79,7 +103,11 @@ def toward_zero(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _added(total: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
-    return toward_zero(total.double() + term.double(), total.dtype) if _truncating[0] else total + term
+    if _truncating[0]:
+        return toward_zero(total.double() + term.double(), total.dtype)
+    if _accumulator_bits[0] is not None:
+        return _to_bits(total + term, _accumulator_bits[0])
+    return total + term
 
 
 def sequential_sum(x: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -363,6 +391,18 @@ def _batch_norm_low_precision(x, rm, rv, w, b, training=True, momentum=0.1, eps=
     return out.reshape(x.shape[1], x.shape[0], *x.shape[2:]).transpose(0, 1).to(x.dtype)
 
 
+def _mse_blocked(x, y):
+    return blocked_sum((x.float() - y.float()).square().reshape(-1), -1) / x.numel()
+
+
+def _mse_sequential(x, y):
+    return sequential_sum((x.float() - y.float()).square().reshape(-1), -1) / x.numel()
+
+
+def _mse_low_precision(x, y):
+    return sequential_sum((x - y).square().reshape(-1), -1) / x.numel()
+
+
 def _blocked_amax(x, dim=-1, block=64):
     return x.reshape(*x.shape[:-1], -1, block).amax(-1).amax(-1)
 
@@ -565,6 +605,11 @@ OPS = (
     Op("Functional.batch_norm", F.batch_norm,
        {"normal": _batch_norm_call(0.0), "offset": _batch_norm_call(20.0)},
        {"torch": F.batch_norm, "two_pass": in_float32(_batch_norm_two_pass)}, _batch_norm_low_precision),
+    Op("Functional.mse_loss", F.mse_loss,  # a scalar: the mean of 4096 squared differences
+       {"normal": lambda g: ((_randn(g, 4096), _randn(g, 4096)), {}),
+        "close": lambda g: (lambda x: ((x, x + _randn(g, 4096, scale=1e-2)), {}))(_randn(g, 4096))},
+       {"torch": F.mse_loss, "blocked128": in_float32(_mse_blocked), "sequential_f32": in_float32(_mse_sequential)},
+       _mse_low_precision),
     Op("Torch.amax", torch.amax,
        {"normal": lambda g: ((_randn(g, 64, 1024),), {"dim": -1}),
         "wide": lambda g: ((_spread_out(g, 64, 1024, octaves=8),), {"dim": -1})},

@@ -187,7 +187,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
                                       grad_term_norms=lambda a, k, g: {"input": CrossEntropy(a, k).input_grad(g)}),
     "nll_loss": AccumulationRule(loss_length(6, per_sample=lambda x: 1,
                                               total=lambda x: x.numel() // class_count(x))),
-    "mse_loss": AccumulationRule(loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel())),
+    "mse_loss": AccumulationRule(loss_length(4, per_sample=lambda x: 1, total=lambda x: x.numel()),
+                                 term_norm=composite_terms.mse_loss_terms),
     # Scores sum over the head dim, the weighted values over the key length; backward also over queries.
     "scaled_dot_product_attention": AccumulationRule(
         lambda a, k: argument(a, k, 1, "key").shape[-2] + argument(a, k, 0, "query").shape[-1],
@@ -230,6 +231,15 @@ ROUNDED_ONCE = frozenset({
     "add", "sub", "mul", "div", "truediv",
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
     "sin", "cos", "tanh", "sigmoid", "silu", "erf",
+})
+
+
+# Ops whose output is one sum of its terms, that fair kernels add in different orders and no other way
+# (not a Winograd or FFT convolution; no shared factor, no function of the sum): a sequential sum is
+# the fair order that errs most (Accumulation.plain_sum, Metrics.order_rmse).
+PLAIN_SUMS = frozenset({
+    "matmul", "mm", "bmm", "mv", "dot", "addmm", "baddbmm", "linear", "tensordot", "npu_linear", "npu_bmmV2",
+    "sum", "mean", "cumsum", "mse_loss",
 })
 
 

@@ -112,3 +112,16 @@ def cosine_similarity_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> d
     # A broadcast input's gradient sums its copies' paths.
     return {"x1": (g * (x2.abs() / (n1 * n2) + cos * x1.abs() / n1.square())).sum_to_size(a.shape),
             "x2": (g * (x1.abs() / (n1 * n2) + cos * x2.abs() / n2.square())).sum_to_size(b.shape)}
+
+
+def mse_loss_terms(args, kwargs) -> torch.Tensor:
+    """mse_loss sums the squared differences (over their count, for 'mean'): the norm of those terms,
+    per output element (each its own term for 'none')."""
+    x = _double(argument(args, kwargs, 0, "input"))
+    y = _double(argument(args, kwargs, 1, "target")).to(x.device)
+    squares = (x - y).square()
+    reduction = argument(args, kwargs, 4, "reduction", default="mean")
+    if reduction == "none":
+        return squares
+    norm = squares.square().sum().sqrt()
+    return norm / max(squares.numel(), 1) if reduction == "mean" else norm

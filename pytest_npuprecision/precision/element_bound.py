@@ -58,3 +58,38 @@ def error_bound(abs_g, term_norm, sensitivity, fmt: FloatFormat, per_scale: floa
     if sensitivity is not None:  # in the compute dtype's units: half types compute in float32
         bound = bound + fmt.accumulator.unit_roundoff * torch.where(torch.isfinite(sensitivity), sensitivity, 0)
     return bound
+
+
+# A round-to-nearest result errs uniformly within half its spacing, and the spacing of a value
+# m·2^e (m in [1, 2)) is 2u·2^e: the RMS error is sqrt(E[(2u/m)^2] / 12) of u times the value, 0.42
+# over mantissas spread as sums' are (Benford's law), and at most 0.47 where partial sums crowd the
+# low half of their last binade (positive terms whose sum ends at 1.5·2^e: m uniform in [1, 1.5)).
+ROUNDING_RMS = 0.47
+# One rounding's RMS error where the values crowd the bottom of their binade (m near 1): 1/sqrt(3) of u.
+ONE_ROUNDING_RMS = 1 / math.sqrt(3)
+# What the roundings that made each term add, in units of ROUNDING_RMS·u_acc·|term| squared: a
+# product's one, a squared difference's three ((x - y)^2 doubles its difference's): 1 + 4.
+TERM_ROUNDINGS = 5
+
+
+def order_rmse(golden, term_norm, fmt: FloatFormat, length: int, roundings: int, work, chunk: int = 1 << 18) -> float:
+    """The RMS error, expected, of the fair kernel that errs most where the output sums its terms: one
+    that adds them one at a time, in the accumulator's precision (a pairwise or blocked sum errs less).
+
+    Its partial sums S_k run from 0 to the result g as a bridge over the K terms of norm t, so
+    sum_k S_k^2 is about K·(g^2/3 + t^2/6), and each addition errs ROUNDING_RMS·u_acc·|S_k|, at random;
+    the terms' own roundings add TERM_ROUNDINGS·t^2 to that. The output's rounding, and each
+    intermediate one the rule counts, add ONE_ROUNDING_RMS·u of |g| or of the scale (t + |g|).
+    ``golden`` and ``term_norm`` are flat; finite elements only, ``chunk`` at a time."""
+    u, u_acc = fmt.unit_roundoff, fmt.accumulator.unit_roundoff
+    total, count = 0.0, 0
+    for start in range(0, golden.numel(), chunk):
+        g = golden[start:start + chunk].to(device=term_norm.device, dtype=work).abs()
+        t = term_norm[start:start + chunk]
+        finite = torch.isfinite(g) & torch.isfinite(t)
+        g, t = torch.where(finite, g, 0), torch.where(finite, t, 0)
+        square = (ROUNDING_RMS * u_acc)**2 * (length * (g * g / 3 + t * t / 6) + TERM_ROUNDINGS * t * t) \
+            + (ONE_ROUNDING_RMS * u)**2 * (g * g + roundings * (t + g).square())
+        total += float(square.sum())
+        count += int(torch.count_nonzero(finite))
+    return math.sqrt(total / count) if count else 0.0

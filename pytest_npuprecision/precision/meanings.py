@@ -51,6 +51,8 @@ METRIC_MEANINGS = {
                      "every element the same way",
     "mean_residual_ratio": "mean error left once each row's common offset and scale are taken out, "
                            "over the per-element bound: noise",
+    "order_rmse_ratio": "RMSE over the most a fair order of the sum's additions errs (a sequential one's, "
+                        "widened by chance): noise or a scaling no reordering makes",
     "rmse_ratio": "RMSE of the device over that of the baseline",
     "max_scaled_err_ratio": "largest error over its error bound, the device's over the baseline's",
     "mean_scaled_err_ratio": "mean error over its error bound, the device's over the baseline's",

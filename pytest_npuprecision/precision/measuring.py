@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from ..common.dtypes import FloatFormat, float_format
-from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, small_value_rule
+from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
 from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices
 from .row_statistics import alike_rows, repetition_of, row_statistics, shared_shift
 
@@ -73,8 +73,9 @@ def compute_metrics_each(
                                        start, fmt, params))
     groups = max(numel // acc.length, 1) if acc.correlated else None
     repetition = repetition_of(flat_g, device, work)
+    sequential = _order_rmse(flat_g, term_norm, sensitivity, fmt, acc, work)
     combined = [replace(_combine(total, a, golden_rms), reduction_length=acc.length, bias_samples=groups,
-                        repetition=repetition)
+                        repetition=repetition, order_rmse=sequential)
                 for total, a in zip(totals, actuals)]
     if shifts[0] is None:
         return combined
@@ -84,6 +85,18 @@ def compute_metrics_each(
     return [replace(m, mean_residual_ratio=row.residual, error_balance_noise=row.balance_noise,
                     rounding_bias_noise=row.lean_noise)
             for m, row in zip(combined, rows)]
+
+
+def _order_rmse(flat_g, term_norm, sensitivity, fmt: FloatFormat | None, acc: Accumulation, work) -> float:
+    """Metrics.order_rmse where the output is a plain sum of its terms (Accumulation.plain_sum, their
+    norms known, nothing shared or sensitive), summed in its own format (float32, float64); 0 elsewhere.
+    A half type's output rounding dwarfs its float32 sum's error, and fair kernels may round twice
+    (an unfused bias); inputs rounded to a math mode (TF32, HF32) err per term far more than any
+    order: the ceiling would measure those, not the order."""
+    if fmt is None or not acc.plain_sum or acc.length <= 1 or term_norm is None or sensitivity is not None \
+            or acc.shared or fmt.accumulator.unit_roundoff != fmt.unit_roundoff or acc.input_share(fmt):
+        return 0.0
+    return order_rmse(flat_g, term_norm, fmt, acc.length, acc.roundings, work, _MAX_CHUNK)
 
 
 def _finite_rms(flat_g: torch.Tensor, device, work) -> float:

@@ -61,6 +61,9 @@ class Accumulation:
     # The outputs of one sum err together (rows that share a factor, wherever they lie; a prefix
     # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.
     correlated: bool = False
+    # The output is one sum of its terms (term_norm their norm) that fair kernels only reorder: a
+    # sequential sum is the fair order that errs most (Metrics.order_rmse).
+    plain_sum: bool = False
     # The device's float32 math mode for this op where it is narrower than float32 (TF32, HF32):
     # each factor of the summed terms was rounded to it before the products (common/math_modes.py).
     math_mode: MathMode | None = None
@@ -182,6 +185,10 @@ class Metrics:
     rounding_elements: int = 0
     rounding_bias: float = 0.0
     reduction_length: int = 1  # terms per sum in the error bound: 1 where each element is one rounding
+    # Where the output is a plain sum of its terms: the RMS error a fair kernel that adds them one at a
+    # time makes, expected (element_bound.order_rmse); 0 elsewhere. The same for every output judged
+    # against one golden: it depends on the golden and the terms alone.
+    order_rmse: float = 0.0
 
     def independent(self, count: float) -> float:
         """How many of ``count`` samples (elements, rows, groups) err independently of each other."""

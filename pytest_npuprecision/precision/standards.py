@@ -197,7 +197,8 @@ class Benchmark(Standard):
         #   matmul blockings 1.3-5.5x, a blocked prefix sum leans its rows' signs, all unbiased.
         #   A truncating kernel is the rounding gate's to find, beside any baseline.
         # An op that accumulates keeps both where its errors lean: there the RMSE ratio is what finds
-        # a bias of a few ulp under a bound of K terms.
+        # a bias of a few ulp under a bound of K terms. (Where the output is a plain sum, the error
+        # bound standard beside this one fails an RMSE past what any fair order of it errs.)
         margin = _within_floors(m)
         excused = {"small_value_err_ratio"} if margin else set()
         if margin and (m.reduction_length <= 1 or _unbiased(m)):
@@ -290,7 +291,21 @@ class ErrorBound(Standard):
         ]
         if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_statistics
             checks.append(_check("mean_residual_ratio", m.mean_residual_ratio, limits["mean_residual_ratio"]))
+        if m.order_rmse:  # a plain sum: no fair order of its additions errs more than a sequential one
+            checks.append(_check("order_rmse_ratio", m.rmse / fair_order_rmse(m), limits["order_rmse_ratio"]))
         return checks
+
+
+def fair_order_rmse(m: Metrics) -> float:
+    """The largest RMSE a fair order of a plain sum makes, by chance: a sequential sum's expected RMSE
+    (Metrics.order_rmse), widened to 4 sigma of a mean of n squares, 1 + 2·sqrt(2/n), where n counts
+    the sums that err independently (a prefix sum's run errs as one; a scalar loss, n = 1: 3.8 times).
+
+    The bound's mean (half of sqrt(K)·u·scale) admits several times what a sequential sum errs over
+    terms of either sign: 64 ulp of noise over a sum of 8192 of them, or a 32-eps scaling, stay
+    under it, while a pairwise sum errs a few ulp and a sequential one about 25."""
+    samples = max(_samples(m, grouped=True), 1)
+    return m.order_rmse * (1 + 2 * math.sqrt(2 / samples))
 
 
 def _bias_checks(m: Metrics, limits: dict[str, Limit]) -> list[Check]:
@@ -313,8 +328,14 @@ def beside_baseline(own: Standard, m: Metrics, baseline: Metrics, limits: dict[s
     ratios, and said so in a note.
     """
     kept, forgiven = [], []
-    for device, base in zip(own.checks(m, limits, None, floor), own.checks(baseline, limits, None, floor)):
-        if base.status is Status.ERROR and device.status is not Status.PASS:
+    # By metric: a baseline recorded before a check existed has none of it (order_rmse_ratio), and
+    # then forgives nothing of it.
+    base_checks = {c.metric: c for c in own.checks(baseline, limits, None, floor)}
+    for device in own.checks(m, limits, None, floor):
+        base = base_checks.get(device.metric)
+        if base is None:
+            kept.append(device)
+        elif base.status is Status.ERROR and device.status is not Status.PASS:
             forgiven.append(f"{own.name}'s {device.describe()} is forgiven: the baseline's is {base.value:.6g}, "
                             f"past the limit too, so the benchmark ratios alone judge it")
         else:

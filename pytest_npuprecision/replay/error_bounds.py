@@ -12,7 +12,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..bounds.accumulation import ACCUMULATION_RULES, exactly_rounded, rounded_once, rounded_once_in_half
+from ..bounds.accumulation import ACCUMULATION_RULES, PLAIN_SUMS, exactly_rounded, rounded_once, rounded_once_in_half
 from ..bounds.accumulation_rule import AccumulationRule
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
@@ -83,6 +83,8 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
                                exactly_rounded=exactly_rounded(op.base_name, args, kwargs))
     elif rounded_once_in_half(op.base_name, args, kwargs):
         accumulation = replace(accumulation, rounded_once_in_half=True)
+    if op.base_name in PLAIN_SUMS and accumulation.term_norm is not None:
+        accumulation = replace(accumulation, plain_sum=True)
     if rule is not None and (rule.correlated or rule.shared is not False):
         accumulation = replace(accumulation, correlated=True)
     if rule is not None and rule.shared:
