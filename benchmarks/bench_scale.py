@@ -19,7 +19,7 @@ it was taken.
   forward and backward, gelu, add_), in process (run_case) and as pytest items (each item's whole run
   protocol, timed by a hook), beside pytest's own per-item run cost with torch loaded
 - xdist: `-n 2` against a serial run of the same dump, wall time (and against a serial run with one
-  intra-op thread, which small cases favour on a loaded machine)
+  intra-op thread); the target is not to lose (issue 41 retired issue 19's 1.6x)
 - judging threads: judge() of one 1M-element float32 output with torch's default threads over one thread
 - matmul memory: the peak RSS rise of one case judging a 4096x4096 float32 matmul (2048 with --quick) from a
   tensor dump, in a fresh process, over the bytes of its dumped tensors
@@ -298,7 +298,9 @@ def xdist(empty: Path, folder: Path, entries: int) -> None:
     dump = synthetic_dump(entries, folder / f"xdist{entries}")
     serial, _, _ = best(1, "--npu-precision", str(dump), cwd=empty)
     parallel, _, line = best(1, "--npu-precision", str(dump), "-n", "2", cwd=empty)
-    report(f"xdist: -n 2 speed-up over serial, {entries} cases", serial / parallel, 1.6, "x", higher_is_better=True)
+    # Issue 41 retired issue 19's 1.6x: on 2 cores xdist's own messages bound it near 2C / (C + E), and
+    # a serial run now gives small cases one thread, as each worker does. -n 2 must not lose.
+    report(f"xdist: -n 2 speed-up over serial, {entries} cases", serial / parallel, 0.9, "x", higher_is_better=True)
     one_thread, _, _ = best(1, "--npu-precision", str(dump), cwd=empty, env={"OMP_NUM_THREADS": "1"})
     report(f"xdist: -n 2 over serial with 1 thread, {entries} cases", one_thread / parallel, 0.9, "x",
            higher_is_better=True)
