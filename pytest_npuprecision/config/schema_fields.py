@@ -90,17 +90,18 @@ def one_of(what: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
 
 
 def mapping(what: str) -> BeforeValidator:
-    def check(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise expected(f"a mapping of {what}")
-        return value
-    return BeforeValidator(check)
+    return _container(dict, f"a mapping of {what}")
 
 
 def list_of(what: str) -> BeforeValidator:
+    return _container(list, f"a list of {what}")
+
+
+def _container(kind: type, described: str) -> BeforeValidator:
+    """A value of ``kind``, checked before pydantic would coerce or describe it in its own words."""
     def check(value: Any) -> Any:
-        if not isinstance(value, list):
-            raise expected(f"a list of {what}")
+        if not isinstance(value, kind):
+            raise expected(described)
         return value
     return BeforeValidator(check)
 

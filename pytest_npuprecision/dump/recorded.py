@@ -66,10 +66,9 @@ def recorded_results(case: Any, entries: CaseEntries, data_dir: Path) -> Recorde
 def forward_output_shapes(entries: CaseEntries) -> tuple[tuple[int, ...], ...] | None:
     """The shapes of a case's forward output tensors, from their descriptors (no file is read)."""
     try:
-        decoded = decode_value(entries.output(), "output")
+        return tuple(spec.shape for _, spec in _forward_specs(entries))
     except DescriptorError:
         return None
-    return tuple(spec.shape for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
 
 
 def forward_output_tensors(case: Any, entries: CaseEntries, data_dir: Path) -> tuple[torch.Tensor, ...]:
@@ -80,22 +79,25 @@ def forward_output_tensors(case: Any, entries: CaseEntries, data_dir: Path) -> t
 def _forward_dtypes(entries: CaseEntries) -> tuple[torch.dtype, ...]:
     """The dtypes of a backward case's forward outputs, from their descriptors (no file is read)."""
     try:
-        decoded = decode_value(entries.output(), "output")
+        return tuple(spec.dtype for _, spec in _forward_specs(entries))
     except DescriptorError:
         return ()
-    return tuple(spec.dtype for _, spec in _named(decoded if isinstance(decoded, list) else [decoded], "output"))
 
 
 def _forward_outputs(case: Any, entries: CaseEntries, data_dir: Path) -> tuple[tuple[str, torch.Tensor], ...]:
     """A backward case's forward outputs, where recorded: they show a forward that overflowed. Best
     effort: a forward file that cannot be read is its own forward case's input error."""
     try:
-        decoded = decode_value(entries.output(), "output")
-        named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
-        return tuple((name, _as_tensor(load_tensor(data_dir, spec, case.forward_key))) for name, spec in named
-                     if spec.data_name is not None)
-    except (DescriptorError, DumpDataError, AttributeError):  # its forward case reports the same files
+        return tuple((name, _as_tensor(load_tensor(data_dir, spec, case.forward_key)))
+                     for name, spec in _forward_specs(entries) if spec.data_name is not None)
+    except (DescriptorError, DumpDataError):  # its forward case reports the same files
         return ()
+
+
+def _forward_specs(entries: CaseEntries) -> list[tuple[str, TensorSpec]]:
+    """The forward's output descriptors by name ("output.0"), none read from a file (raises DescriptorError)."""
+    decoded = decode_value(entries.output(), "output")
+    return _named(decoded if isinstance(decoded, list) else [decoded], "output")
 
 
 def positional_gradients(recorded: tuple[torch.Tensor, ...], inputs: dict[str, torch.Tensor],
