@@ -63,24 +63,13 @@ def synthetic_dump(entries: int, folder: Path, apis: tuple[str, ...] | None = No
     return bench_dump.synthetic_dump(source, entries, folder, apis).parent
 
 
-def pytest_run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB of that pytest process, its last output line)."""
+def pytest_wall(*args: str, cwd: Path, env: dict[str, str] | None = None) -> float:
+    """Wall seconds of one fresh pytest run (its peak memory is pytest_usage's: ru_maxrss of a child
+    counts the pages of this process, which forked it)."""
     started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                                 cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                 env=None if env is None else {**os.environ, **env})
-        _, _, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest child's so far
-        child.returncode = 0
-        wall = time.perf_counter() - started
-        out.seek(0)
-        lines = out.read().strip().splitlines()
-    return wall, usage.ru_maxrss / 1024, lines[-1] if lines else ""
-
-
-def best(runs: int, *args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    results = [pytest_run(*args, cwd=cwd, env=env) for _ in range(runs)]
-    return min(results, key=lambda r: r[0])
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=cwd,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return time.perf_counter() - started
 
 
 # Start-up (issue 41): `pytest --co` in an empty folder three ways, in alternating whole processes,
@@ -296,12 +285,12 @@ def per_case(folder: Path, cases: int = 1000) -> None:
 
 def xdist(empty: Path, folder: Path, entries: int) -> None:
     dump = synthetic_dump(entries, folder / f"xdist{entries}")
-    serial, _, _ = best(1, "--npu-precision", str(dump), cwd=empty)
-    parallel, _, line = best(1, "--npu-precision", str(dump), "-n", "2", cwd=empty)
+    serial = pytest_wall("--npu-precision", str(dump), cwd=empty)
+    parallel = pytest_wall("--npu-precision", str(dump), "-n", "2", cwd=empty)
     # Issue 41 retired issue 19's 1.6x: on 2 cores xdist's own messages bound it near 2C / (C + E), and
     # a serial run now gives small cases one thread, as each worker does. -n 2 must not lose.
     report(f"xdist: -n 2 speed-up over serial, {entries} cases", serial / parallel, 0.9, "x", higher_is_better=True)
-    one_thread, _, _ = best(1, "--npu-precision", str(dump), cwd=empty, env={"OMP_NUM_THREADS": "1"})
+    one_thread = pytest_wall("--npu-precision", str(dump), cwd=empty, env={"OMP_NUM_THREADS": "1"})
     report(f"xdist: -n 2 over serial with 1 thread, {entries} cases", one_thread / parallel, 0.9, "x",
            higher_is_better=True)
 
