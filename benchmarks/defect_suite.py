@@ -19,7 +19,10 @@ the second look, in three modes: no baseline; the fair kernel itself as baseline
 fair kernel it was planted in, or torch's for a defective kernel); another fair kernel (a peer).
 
 Prints, per mode, the false alarms (each one listed with its failing checks), the gross defects
-caught and the subtle ones caught, then the recall per defect kind and per op. Exits 1 when a target
+caught and the subtle ones caught, then the recall per defect kind and per op. A subtle defect that
+errs no more than some fair kernel of its cell, in RMSE, in mean error and in least-squares scaling,
+is one no standard that measures error can fail while passing that kernel: the recall without those
+is printed too (the targets count them all). Exits 1 when a target
 of issues 12 and 37 is missed: 0 false alarms and every gross defect caught in every mode, subtle
 recall of at least 90 % with a baseline and 85 % without.
 
@@ -115,6 +118,9 @@ class Output:
     source: str  # the fair kernel it was planted in (itself, for a fair output)
     peer: str  # another fair kernel
     severity: str  # "fair", "gross" or "subtle"
+    # a subtle defect that some fair kernel of its cell errs as much as, in RMSE, mean error and
+    # least-squares scaling: no standard that measures error can fail it and pass that kernel
+    matched: bool = False
 
     def baseline_name(self, mode: str) -> str | None:
         return None if mode == "none" else self.source if mode == "self" else self.peer
@@ -216,10 +222,25 @@ def outputs(cell: Cell) -> Iterator[Output]:
                 defects.append(("subtle", "low_precision_accumulation", cell._run(cell.op.low_precision)))
     elif cell.op.low_precision is not None:
         defects.append(("subtle", "low_precision_accumulation", cell._run(cell.op.low_precision)))
+    fair_errors = [_error_measures(cell.fair[name], cell.golden) for name in names]
     for severity, kind, actual in defects:
         if torch.equal(actual, fair) and not actual.isnan().any():
             continue  # no defect at all: not counted
-        yield Output(cell, kind, actual, source, peer, severity)
+        errors = _error_measures(actual, cell.golden) if severity == "subtle" else None
+        matched = errors is not None and any(
+            f is not None and all(at >= value for at, value in zip(f, errors)) for f in fair_errors)
+        yield Output(cell, kind, actual, source, peer, severity, matched)
+
+
+def _error_measures(actual: torch.Tensor, golden: torch.Tensor) -> tuple[float, float, float] | None:
+    """RMSE, |mean error| and |least-squares relative scaling| against the golden; None if not finite."""
+    error = (actual.double() - golden).reshape(-1)
+    if not torch.isfinite(error).all():
+        return None
+    g = golden.reshape(-1)
+    growth = actual.double().abs().reshape(-1) - g.abs()
+    scaling = float((growth * g.abs()).sum() / (g * g).sum()) if bool((g != 0).any()) else 0.0
+    return float(error.square().mean().sqrt()), abs(float(error.mean())), abs(scaling)
 
 
 def cells(ops: tuple[Op, ...], dtypes: tuple[torch.dtype, ...], regimes: int | None) -> list[Cell]:
@@ -275,6 +296,13 @@ def summary(results: list[Result]) -> tuple[list[str], bool]:
         met &= ok
         lines.append(f"{mode:<6} {f'{alarms} / {len(fair)}':>14} {f'{caught} / {len(gross)}':>14} "
                      f"{f'{found} / {len(subtle)} ({100 * share:.1f} %)':>22}  {'ok' if ok else 'MISSED'}")
+    matched = [r for r in by_mode["none"] if r.output.matched]
+    if matched:
+        unmatched = {m: [r for r in rs if r.output.severity == "subtle" and not r.output.matched]
+                     for m, rs in by_mode.items()}
+        lines.append(f"({len(matched)} subtle defects err no more than a fair kernel of their cell in RMSE, mean "
+                     f"and scaling; without them, subtle recall is "
+                     + ", ".join(_share(rs, m) for m, rs in unmatched.items()) + ")")
     lines.append("")
     lines.append("recall per defect kind (%):")
     kinds = collections.OrderedDict((r.output.impl, r.output.severity) for r in results if r.output.severity != "fair")
@@ -302,6 +330,10 @@ def summary(results: list[Result]) -> tuple[list[str], bool]:
         lines.append(f"gross defects passed ({len(escaped)}):")
         lines += [f"  [{r.mode}] {r.output.cell.label} {r.output.impl}" for r in escaped]
     return lines, met
+
+
+def _share(results: list[Result], mode: str) -> str:
+    return f"{mode} {100 * sum(r.failed for r in results) / max(len(results), 1):.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:

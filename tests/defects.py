@@ -62,9 +62,14 @@ def bias_32_eps(x):
     return (x.double() * (1 + 32 * eps)).to(x.dtype)
 
 
-def noise_64_ulp(x):
+def noise_ulp(x, ulps: int):
+    """Each element moved ``ulps`` ulp up or down, the signs seeded."""
     sign = torch.randint(0, 2, x.shape, generator=torch.Generator().manual_seed(3)) * 2 - 1
-    return (x.double() + sign * 64 * _ulp(x)).to(x.dtype)
+    return (x.double() + sign * ulps * _ulp(x)).to(x.dtype)
+
+
+def noise_64_ulp(x):
+    return noise_ulp(x, 64)
 
 
 OUTPUT_DEFECTS = {

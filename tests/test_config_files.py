@@ -60,11 +60,11 @@ BAD_RULES = {
                                     f"standards.exactish: is unknown: use {STANDARDS}"),
     "a misspelt metric": ("standards: {error_bound: {max_bound_ratoi: 3}}",
                           "standards.error_bound.max_bound_ratoi: is unknown: use a metric of error_bound "
-                          "(bound_bias, magnitude_bound_bias, max_bound_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio) or a float dtype "
+                          "(bound_bias, magnitude_bound_bias, max_bound_ratio, max_residual_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio, row_order_ratio) or a float dtype "
                           "or default"),
     "a metric of another standard": ("ops: {gelu: {limits: {error_bound: {max_ulp_err: 3}}}}",
                                      "ops.gelu.limits.error_bound.max_ulp_err: is not a metric of error_bound: use "
-                                     "bound_bias, magnitude_bound_bias, max_bound_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio"),
+                                     "bound_bias, magnitude_bound_bias, max_bound_ratio, max_residual_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio, row_order_ratio"),
     "a dtype alias": ("dtypes: {fp16: {rtol: 0.001}}", "dtypes.fp16: is not a float dtype: use float16"),
     "a dtype table under a misspelt dtype": ("standards: {ulp: {fp32: {max_ulp_err: 8}}}",
                                              "standards.ulp.fp32: is unknown: use a metric of ulp (max_ulp_err, "

@@ -64,7 +64,7 @@ BAD_FIELDS = {
                               "field limits.ulp.max_ulp_err.error: expected a finite number >= 0, got nan"),
     "a metric of another standard": ("limits: {error_bound: {max_ulp_err: 16}}\n    reason: why",
                                      "field limits.error_bound.max_ulp_err: is not a metric of error_bound: use "
-                                     "bound_bias, magnitude_bound_bias, max_bound_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio"),
+                                     "bound_bias, magnitude_bound_bias, max_bound_ratio, max_residual_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio, row_order_ratio"),
     "the benchmark standard": ("limits: {benchmark: {rmse_ratio: 2}}\n    reason: why",
                                "field limits.benchmark: is not a standard op cases use: use one of binary, absolute, "
                                "ulp, thousandth, error_bound"),

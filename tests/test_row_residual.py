@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from defects import noise_64_ulp
+from defects import noise_64_ulp, noise_ulp, off_by_1000_ulp
 from pytest_npuprecision import Status, check_call, judge, render_message
 
 F = torch.nn.functional
@@ -46,7 +46,7 @@ def test_fair_normalizations_leave_a_small_residual(dtype, k):
         assert verdict.status is Status.PASS, f"{label}: {verdict.message()}"
         (_, output), = verdict.outputs[:1]
         residual = output.metrics.mean_residual_ratio
-        # limit 1; softmax's float16 tail of 8192 is subnormal, where each rounding is up to half a
+        # limit 1/2; softmax's float16 tail of 8192 is subnormal, where each rounding is up to half a
         # subnormal spacing against a bound relative to p (0.27)
         assert residual is not None and residual < 0.35, f"{label}: residual {residual}"
 
@@ -92,3 +92,87 @@ def test_rms_norm_default_eps_follows_the_kernels_dtype(dtype):
     assert verdict.status is Status.PASS, verdict.message()
     verdict = check_call(F.rms_norm, x, (256,), eps=None)
     assert verdict.status is Status.PASS, verdict.message()
+
+
+def _rms_norm_call(rows: int, k: int, seed: int = 0):
+    x, w, _ = _rows(k, torch.float32, seed=seed)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
+    return (x, (k,), w), {"eps": 1e-6}
+
+
+@pytest.mark.parametrize("name, fn, make", [
+    ("Functional.rms_norm", lambda *a, **k: F.rms_norm(*a, **k), lambda: _rms_norm_call(64, 1024)),
+    ("Torch.softmax", torch.softmax, lambda: ((torch.randn(64, 1024, generator=torch.Generator().manual_seed(2)),),
+                                              {"dim": -1})),
+])
+def test_4_ulp_noise_fails_a_float32_normalization(name, fn, make):
+    """A fair row's residual is a few roundings to nearest: each element's ratio lies in [0, 1] and
+    averages at most 1/2, whatever the kernel; ±4 ulp on every element averages past it."""
+    args, kwargs = make()
+    golden = fn(*[a.double() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    fair = fn(*args, **kwargs)
+    verdict = judge(fair, golden, op=name, inputs=(args, kwargs))
+    assert verdict.status is Status.PASS, render_message(verdict)
+    assert verdict.metrics.mean_residual_ratio < 0.25
+    noisy = judge(noise_ulp(fair, 4), golden, op=name, inputs=(args, kwargs))
+    assert "mean_residual_ratio" in {c.metric for c in noisy.failures}, render_message(noisy)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_few_elements_widen_the_residual_limit_towards_one(dtype, seed):
+    """A mean of n ratios in [0, 1] strays 3/sqrt(n) above 1/2 by chance: rows of 3 get up to 1."""
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    for op, args in ((F.rms_norm, (x, (3,))), (F.softmax, (x, -1)), (F.layer_norm, (x, (3,)))):
+        verdict = check_call(op, *args)
+        assert verdict.status is Status.PASS, verdict.message()
+        (_, output), = verdict.outputs[:1]
+        check = next(c for c in output.checks if c.metric == "mean_residual_ratio")
+        assert check.limit == 1.0
+
+
+@pytest.mark.parametrize("k", [1024, 8192])
+def test_one_element_1000_ulp_off_fails_a_long_softmax(k):
+    """Under the full bound, sqrt(K)·u_acc for the row's sum, one element 1000 ulp off sits at 4 times
+    it over 8192 terms; once the row's common error is out, it is hundreds of times its elementwise
+    bound, while a fair element never passes 1."""
+    x = torch.randn(16, k, generator=torch.Generator().manual_seed(4))
+    args, kwargs = (x,), {"dim": -1}
+    golden = torch.softmax(x.double(), -1)
+    fair = torch.softmax(x, -1)
+    verdict = judge(fair, golden, op="Torch.softmax", inputs=(args, kwargs))
+    assert verdict.status is Status.PASS and verdict.metrics.max_residual_ratio <= 1, render_message(verdict)
+    verdict = judge(off_by_1000_ulp(fair), golden, op="Torch.softmax", inputs=(args, kwargs))
+    assert "max_residual_ratio" in {c.metric for c in verdict.failures}, render_message(verdict)
+
+
+def _batch_norm_call(dtype: torch.dtype, offset: float = 0.0):
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(16, 32, 8, 8, generator=g) + offset).to(dtype)
+    w, b = (1 + 0.1 * torch.randn(32, generator=g)).to(dtype), (0.1 * torch.randn(32, generator=g)).to(dtype)
+    return (x, None, None, w, b), {"training": True, "eps": 1e-5}
+
+
+@pytest.mark.parametrize("offset", [0.0, 20.0])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_a_batch_norm_s_channels_are_its_rows(dtype, offset):
+    """A channel's elements share its rounded mean and rsqrt, though they are not consecutive: each
+    channel is a row, so noise shows in the residual and one element far off in its maximum, which the
+    bound's sqrt(N·H·W) share for the channel's statistics hid (64-ulp noise passed at 0.77 of it)."""
+    args, kwargs = _batch_norm_call(dtype, offset)
+    golden = F.batch_norm(*[a.double() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    fair = F.batch_norm(*args, **kwargs)
+    verdict = judge(fair, golden, op="Functional.batch_norm", inputs=(args, kwargs))
+    assert verdict.status is Status.PASS, render_message(verdict)
+    assert verdict.metrics.mean_residual_ratio is not None and verdict.metrics.max_residual_ratio <= 1
+    if dtype != torch.float32 or offset:
+        # a half type's rounding dwarfs both defects' ulps; values 20 sigma from their mean widen each
+        # element's bound by the centring's u·|x| (bounds/norm_terms.py), some 40 times
+        return
+    noisy = judge(noise_64_ulp(fair), golden, op="Functional.batch_norm", inputs=(args, kwargs))
+    assert "mean_residual_ratio" in {c.metric for c in noisy.failures}, render_message(noisy)
+    off = off_by_1000_ulp(fair)
+    verdict = judge(off, golden, op="Functional.batch_norm", inputs=(args, kwargs))
+    assert "max_residual_ratio" in {c.metric for c in verdict.failures}, render_message(verdict)
+    # the decisive element is named where it lies in the output, not in the channel-first view
+    assert verdict.metrics.worst.abs == int((off != fair).reshape(-1).nonzero()[0])

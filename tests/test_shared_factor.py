@@ -95,3 +95,85 @@ def test_near_uniform_rows_of_1024_pass(op, dtype):
         x = (torch.rand(4, 1024, generator=torch.Generator().manual_seed(seed)) * 2.0**-20).to(dtype)
         verdict = judge(op(x, -1), op(x.double(), -1), op=f"Torch.{op.__name__}", inputs=((x, -1), {}))
         assert verdict.status is Status.PASS, f"seed {seed}: " + render_message(verdict)
+
+
+def _toward_zero(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    nearest = wide.to(dtype)
+    away = nearest.double().abs() > wide.double().abs()
+    return torch.where(away, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("op", ["layer_norm", "batch_norm"])
+def test_rounding_toward_zero_fails_where_values_sit_far_from_their_mean(op, dtype):
+    """Rows 50 sigma from their mean: the bound's share for the row's statistics dwarfs the output's
+    one rounding, so no element counted as rounding-dominated and a kernel that rounds toward zero
+    passed. Its rows as the gate's samples allow for the common error; left out of the elementwise
+    bound, each element's one rounding decides again: the fair kernel passes, the truncating one fails."""
+    g = torch.Generator().manual_seed(1)
+    if op == "layer_norm":
+        x = (50 + torch.randn(64, 1024, generator=g)).to(dtype)
+        w = (1 + 0.1 * torch.randn(1024, generator=g)).to(dtype)
+        b = (0.1 * torch.randn(1024, generator=g)).to(dtype)
+        args, kwargs, fn = (x, (1024,), w, b), {"eps": 1e-5}, F.layer_norm
+    else:
+        x = (50 + torch.randn(16, 32, 8, 8, generator=g)).to(dtype)
+        w, b = (1 + 0.1 * torch.randn(32, generator=g)).to(dtype), (0.1 * torch.randn(32, generator=g)).to(dtype)
+        args, kwargs, fn = (x, None, None, w, b), {"training": True, "eps": 1e-5}, F.batch_norm
+    wide = fn(*[a.float() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    golden = fn(*[a.double() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    name = f"Functional.{op}"
+    fair = judge(fn(*args, **kwargs), golden, op=name, inputs=(args, kwargs))
+    assert fair.status is Status.PASS, render_message(fair)
+    truncated = judge(_toward_zero(wide, dtype), golden, op=name, inputs=(args, kwargs))
+    assert "rounding_bias" in {c.metric for c in truncated.failures}, render_message(truncated)
+
+
+def _row_sum(x: torch.Tensor, bits: int | None = None) -> torch.Tensor:
+    """x summed along its last dim one term at a time in float32; each partial sum kept to ``bits``
+    significant bits where given (a narrower accumulator), else float32's own 24 (a fair order)."""
+    total = torch.zeros(x.shape[:-1], dtype=torch.float32)
+    for k in range(x.shape[-1]):
+        total = total + x[..., k]
+        if bits is not None:
+            mantissa, exponent = torch.frexp(total.double())
+            total = torch.ldexp(torch.round(torch.ldexp(mantissa, torch.full_like(exponent, bits))),
+                                exponent - bits).float()
+    return total.unsqueeze(-1)
+
+
+def _softmax(x, bits=None):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / _row_sum(e, bits)
+
+
+def _log_softmax(x, bits=None):
+    shifted = x - x.amax(-1, keepdim=True)
+    return shifted - _row_sum(shifted.exp(), bits).log()
+
+
+def _rms_norm(x, bits=None):
+    return x * torch.rsqrt(_row_sum(x * x, bits) / x.shape[-1] + 1e-6)
+
+
+ROW_SUMS = {"Torch.softmax": (_softmax, lambda x: torch.softmax(x, -1)),
+            "Torch.log_softmax": (_log_softmax, lambda x: torch.log_softmax(x, -1)),
+            "Functional.rms_norm": (_rms_norm, lambda x: F.rms_norm(x, x.shape[-1:], eps=1e-6))}
+
+
+@pytest.mark.parametrize("name", ROW_SUMS)
+def test_a_row_statistic_summed_in_a_narrower_accumulator_fails_where_any_fair_order_passes(name):
+    """float32 rows of 1024 whose statistic (softmax's sum, log_softmax's log-sum-exp, rms_norm's mean
+    square) is summed one term at a time, the fair order that errs most: the rows' common error stays
+    under the ceiling row_order_ratio allows. Three bits short of float32 (8x its unit roundoff), the
+    same order fails it, though the error bound, residual and bias checks all pass."""
+    kernel, torch_kernel = ROW_SUMS[name]
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(8))
+    args, kwargs = ((x, -1), {}) if name != "Functional.rms_norm" else ((x, (1024,)), {"eps": 1e-6})
+    golden = torch_kernel(x.double())
+    for fair in (torch_kernel(x), kernel(x)):
+        verdict = judge(fair, golden, op=name, inputs=(args, kwargs))
+        assert verdict.status is Status.PASS, render_message(verdict)
+        assert verdict.metrics.row_order_ratio < 0.75
+    narrow = judge(kernel(x, bits=21), golden, op=name, inputs=(args, kwargs))
+    assert {c.metric for c in narrow.failures} == {"row_order_ratio"}, render_message(narrow)

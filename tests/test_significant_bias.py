@@ -74,6 +74,18 @@ def test_a_rounded_constant_shared_by_every_element_is_not_a_bias(seed):
         assert call.verdict(name).status is Status.PASS, render_message(call.verdict(name))
 
 
+def test_a_rounded_constant_that_the_function_amplifies_is_not_a_bias():
+    """float32 gelu through erfc over [-8, -3]: 1/sqrt(2) rounded to float32 moves every argument
+    alike, and erfc's steepness there turns that into a lean of about 3 u in every element, 18
+    standard errors wide over 16,384 of them. The fine limit's floor (a third of the coarse one) keeps
+    such a fair kernel passing, as it does TF32 matmuls and real convolutions, whose inputs'
+    roundings lean a few hundredths of their bound."""
+    x = -3 - 5 * torch.rand(16384, generator=torch.Generator().manual_seed(5))
+    fair = 0.5 * x * torch.erfc(-x * (1 / math.sqrt(2)))
+    verdict = judge(fair, F.gelu(x.double()), op="Functional.gelu", inputs=((x,), {}))
+    assert verdict.status is Status.PASS, render_message(verdict)
+
+
 def test_few_outputs_keep_the_coarse_limit():
     # 8 row sums cannot tell a 4-eps bias from one fair order's error: the coarse 0.3 alone
     x = _rows(1024, rows=8)

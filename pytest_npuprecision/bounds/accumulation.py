@@ -31,7 +31,8 @@ def _centring(op: str) -> AccumulationRule:
               "instance_norm": lambda a, k: math.prod(first_input(a, k).shape[2:])}[op]
     return AccumulationRule(length, term_norm=lambda a, k: norm_terms.forward_terms(op, a, k),
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
-                            arguments=norm_terms.ARGUMENTS[op], shared=op != "batch_norm", correlated=True,
+                            arguments=norm_terms.ARGUMENTS[op], shared=True, correlated=True,
+                            shared_dim=1 if op == "batch_norm" else None,
                             shared_affine=lambda a, k: norm_terms.affine(op, a, k))
 
 
@@ -84,7 +85,9 @@ def _softmax(op: str) -> AccumulationRule:
         forward, affine = (lambda a, k: softmax_terms.forward_terms(op, a, k)), (lambda a, k: (torch.zeros(()), None))
     return AccumulationRule(softmax_length, term_norm=forward,
                             grad_term_norms=lambda a, k, g: softmax_terms.gradient_terms(op, a, k, g),
-                            shared=over_last_dim, shared_affine=affine)
+                            shared=over_last_dim, shared_affine=affine,
+                            row_sum="log_probabilities" if op == "log_softmax" else "probabilities",
+                            row_offset_size=softmax_terms.log_sum_exp_size if op == "log_softmax" else None)
 
 
 _NORMALIZED = AccumulationRule(lambda a, k: math.prod(argument(a, k, 1, "normalized_shape")), shared=True)
@@ -167,7 +170,9 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
                             term_norm=covariance_terms.forward_terms, grad_term_norms=covariance_terms.gradient_terms),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
-    "rms_norm": _NORMALIZED,
+    # its mean square sums positive squares: no centring, whose variance a fair kernel may take in one
+    # pass (E[x^2] - mean^2) and so err with the values' distance from their mean
+    "rms_norm": replace(_NORMALIZED, row_sum="squares"),
     # Composed of several ops (bounds/composite_terms.py): gelu's 1 + erf cancels forward, and its gradient's
     # two halves near x = -0.75; softsign's and normalize's gradients add paths through each use of x,
     # which cancel.

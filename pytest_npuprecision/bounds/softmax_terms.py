@@ -43,6 +43,15 @@ def forward_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> to
     return torch.nan_to_num(torch.softmax(x, dim) * shifted, nan=0.0, posinf=0.0)
 
 
+def log_sum_exp_size(args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.Tensor:
+    """|logsumexp(x)| along the normalized dim, kept: what log_softmax subtracts from every element of
+    a row, rounded once, so its rounding is a common offset of u times it."""
+    x, dim = _parts(args, kwargs)
+    if x.dim() == 0:
+        return x.abs()
+    return torch.nan_to_num(torch.logsumexp(x, dim, keepdim=True).abs(), nan=0.0, posinf=0.0)
+
+
 def gradient_terms(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
                    cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
     x, dim = _parts(args, kwargs)

@@ -51,6 +51,10 @@ METRIC_MEANINGS = {
                      "every element the same way",
     "mean_residual_ratio": "mean error left once each row's common offset and scale are taken out, "
                            "over the per-element bound: noise",
+    "max_residual_ratio": "largest error left once its row's common offset and scale are taken out, "
+                          "over the per-element bound: one element far off",
+    "row_order_ratio": "RMS of the rows' common errors (their sum's, log-sum-exp's or rsqrt's) over the most "
+                       "a fair order of each row's sum errs: a statistic accumulated in low precision",
     "order_rmse_ratio": "RMSE over the most a fair order of the sum's additions errs (a sequential one's, "
                         "widened by chance): noise or a scaling no reordering makes",
     "rmse_ratio": "RMSE of the device over that of the baseline",

@@ -16,7 +16,7 @@ import torch
 from ..common.dtypes import FloatFormat, float_format
 from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
 from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices
-from .row_statistics import alike_rows, repetition_of, row_statistics, shared_shift
+from .row_statistics import alike_rows, repetition_of, rounding_bound, row_statistics, shared_shift
 
 _MIN_CHUNK = 1 << 16
 _MAX_CHUNK = 1 << 18  # about 30 MiB of float64 temporaries per chunk of the metrics
@@ -55,6 +55,8 @@ def compute_metrics_each(
     if numel == 0:
         return [_empty(a) for a in actuals]
     acc = accumulation or Accumulation()
+    if acc.shared and acc.shared_dim is not None:
+        return _rows_along(actuals, golden, params, acc)
     term_norm = flat_term_norm(acc.term_norm, first.shape, device, work)
     sensitivity = flat_term_norm(acc.sensitivity, first.shape, device, work)
     shifts = [shared_shift(f, flat_g, acc.length, fmt, work) if acc.shared and fmt is not None else None
@@ -79,12 +81,56 @@ def compute_metrics_each(
                 for total, a in zip(totals, actuals)]
     if shifts[0] is None:
         return combined
-    alike = alike_rows(flat_g, acc.length, device, work) if acc.one_rounding(fmt) else None
+    alike = alike_rows(flat_g, acc.length, device, work) if acc.one_rounding(fmt) or acc.row_sum else None
     rows = [row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, alike, work)
             for flat in flats]
-    return [replace(m, mean_residual_ratio=row.residual, error_balance_noise=row.balance_noise,
+    return [replace(m, mean_residual_ratio=row.residual, max_residual_ratio=row.max_residual,
+                    row_order_ratio=row.order_ratio,
+                    error_balance_noise=row.balance_noise,
                     rounding_bias_noise=row.lean_noise)
             for m, row in zip(combined, rows)]
+
+
+def _rows_along(actuals: Sequence[torch.Tensor], golden: torch.Tensor, params: MetricParams,
+                acc: Accumulation) -> list[Metrics]:
+    """The metrics where each row is every output of one index along acc.shared_dim (a batch norm's
+    channel): that dim moved first, so its rows run consecutively, and the worst indices moved back."""
+    shape, dim = tuple(actuals[0].shape), acc.shared_dim
+    if dim >= len(shape) or shape[dim] * acc.length != math.prod(shape):  # not the rows the rule meant
+        return compute_metrics_each(actuals, golden, params, replace(acc, shared=False, shared_dim=None))
+
+    def moved(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        full = t.reshape(shape) if t.numel() == math.prod(shape) else t.broadcast_to(shape)
+        return full.movedim(dim, 0)
+
+    along = replace(acc, shared_dim=None, term_norm=moved(acc.term_norm), sensitivity=moved(acc.sensitivity),
+                    shared_offset=moved(acc.shared_offset), shared_origin=moved(acc.shared_origin),
+                    row_offset_size=moved(acc.row_offset_size))
+    metrics = compute_metrics_each([a.movedim(dim, 0) for a in actuals], golden.movedim(dim, 0), params, along)
+    return [replace(m, shape=shape, worst=_moved_back(m.worst, shape, dim)) for m in metrics]
+
+
+def _moved_back(worst: WorstIndices, shape: tuple[int, ...], dim: int) -> WorstIndices:
+    """WorstIndices of an output whose ``dim`` was moved first, as flat indices of the output itself."""
+    moved_shape = (shape[dim],) + shape[:dim] + shape[dim + 1:]
+
+    def back(index: int) -> int:
+        if index < 0:
+            return index
+        coords = []
+        for size in reversed(moved_shape):
+            index, coord = divmod(index, size)
+            coords.append(coord)
+        coords.reverse()
+        original = coords[1:dim + 1] + [coords[0]] + coords[dim + 1:]
+        flat = 0
+        for size, coord in zip(shape, original):
+            flat = flat * size + coord
+        return flat
+
+    return WorstIndices(**{f.name: back(getattr(worst, f.name)) for f in fields(WorstIndices)})
 
 
 def _order_rmse(flat_g, term_norm, sensitivity, fmt: FloatFormat | None, acc: Accumulation, work) -> float:
@@ -200,7 +246,12 @@ class _GoldenChunk:
         # Where the output is one rounding of a wider computation, the elements a condition number or
         # a long sum does not dominate: a fair kernel rounds them to nearest, a truncating one leans.
         once = acc.one_rounding(fmt)
-        self.rounding = self.bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g if once else None
+        if once:
+            bound = rounding_bound(abs_g, term_norm, sensitivity, fmt, acc, golden_rms, work) if acc.shared \
+                else self.bound
+            self.rounding = bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
+        else:
+            self.rounding = None
         # what one rounded constant shared by every element may move each element by (constant_share)
         self.constant_share = fmt.unit_roundoff * abs_g / self.bound
 

@@ -58,6 +58,18 @@ class Accumulation:
     # error once the row's best such pair is taken out is judged on the elementwise bound alone.
     shared_offset: torch.Tensor | None = None
     shared_origin: torch.Tensor | None = None
+    # Where the rows are not runs of consecutive outputs: the dim whose index a row keeps (a batch
+    # norm's channel, dim 1; the row is every element of one channel). None: consecutive runs.
+    shared_dim: int | None = None
+    # With a shared factor: what the row's statistic sums, as read back from the golden, for the fair
+    # order's ceiling on the row's common error (row_statistics.row_sum_terms): "probabilities"
+    # (softmax: its sum scales the row), "log_probabilities" (log_softmax: its sum's log offsets the
+    # row), "squares" (a norm: its variance or mean square, over the normalized values, scales the
+    # row through the rsqrt by half its error). None: no ceiling.
+    row_sum: str | None = None
+    # Where the row's statistic offsets it (log_softmax's log-sum-exp), its size, broadcastable to the
+    # output: its one rounding moves the row by u times that.
+    row_offset_size: torch.Tensor | None = None
     # The outputs of one sum err together (rows that share a factor, wherever they lie; a prefix
     # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.
     correlated: bool = False
@@ -171,6 +183,13 @@ class Metrics:
     # With a shared factor: the mean error over the elementwise bound once each row's common offset
     # and scale are taken out (_row_statistics); None for other outputs.
     mean_residual_ratio: float | None = None
+    # The same at its largest element: one element far off, alone, where the bound's sqrt(K) share
+    # (for the row's statistics, which move the whole row) would hide it.
+    max_residual_ratio: float | None = None
+    # With a shared factor whose statistic sums positive terms (Accumulation.row_sum), in float32 or
+    # float64: the RMS of the rows' common errors over the most a fair order of each row's sum errs
+    # (row_statistics.RowSums); None elsewhere.
+    row_order_ratio: float | None = None
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.
     error_balance_noise: float | None = None

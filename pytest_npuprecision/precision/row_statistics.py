@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import torch
 
 from ..common.dtypes import FloatFormat
-from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm
+from .element_bound import (
+    ONE_ROUNDING_RMS, ROUNDING_DOMINATED, ROUNDING_RMS, TERM_ROUNDINGS, error_bound, flat_term_norm,
+)
 from .metrics import Accumulation, Repetition
 
 _ROW_CHUNK = 1 << 18  # rows walked at a time, as measuring.py walks elements
@@ -74,9 +76,22 @@ def shared_shift(flat_a, flat_g, length: int, fmt: FloatFormat, work) -> torch.T
 RESIDUAL_ROUNDINGS = 2
 
 
+def rounding_bound(abs_g, term, moved, fmt: FloatFormat, acc: Accumulation, golden_rms: float, work):
+    """Each element's bound as the rounding gate reads it: the full bound, or where rows share a factor,
+    what a fair kernel errs per element alone. The row's common error (its rounded sum, mean or rsqrt)
+    leans the whole row one way, and the gate counts rows as its samples for that; left in, its
+    sqrt(K) share hides the output's one rounding wherever values sit far from their mean."""
+    if not acc.shared:
+        return error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work, roundings=acc.roundings)
+    return error_bound(abs_g, term, moved, fmt, RESIDUAL_ROUNDINGS * fmt.accumulator.unit_roundoff, golden_rms,
+                       work, roundings=acc.roundings)
+
+
 @dataclass(frozen=True)
 class _Rows:
     residual: float
+    max_residual: float
+    order_ratio: float | None  # RowSums.ratio, where the rows' statistic has a fair-order ceiling
     balance_noise: float
     lean_noise: float | None
 
@@ -86,7 +101,8 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     """Over rows that share a rounded factor, in one pass: the mean residual ratio, the standard
     error of the error balance and, where the output is one rounding, of the rounding lean.
 
-    The residual is the mean error over the elementwise bound once each row's common error is taken out.
+    The residual is the mean error over the elementwise bound once each row's common error is taken out;
+    its maximum is the largest such ratio.
 
     A fair normalization errs along a row in two ways: through its shared statistics (a rounded sum,
     a rounded rsqrt), which the bound allows for with sqrt(K)·u_acc and which move every element of
@@ -110,7 +126,9 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
-    total, count = 0.0, 0
+    total, count, worst = 0.0, 0, 0.0
+    sums = RowSums(fmt) if acc.row_sum is not None and fmt.accumulator.unit_roundoff == fmt.unit_roundoff else None
+    offset_size = flat_term_norm(acc.row_offset_size, shape, device, work)
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
         part = slice(start, start + rows_per_chunk * acc.length)
         a = flat_a[part].to(work).reshape(-1, acc.length)
@@ -120,12 +138,18 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         p = torch.ones_like(g) if offset is None else offset[part].reshape(g.shape)
         q = g if origin is None else g - origin[part].reshape(g.shape)
         p, q = torch.where(finite, p, 0), torch.where(finite, q, 0)
-        fit = _fit_two(error, p, q)
+        alpha, c = _fit_two(error, p, q)
+        fit = alpha * p + c * q
+        if sums is not None:
+            sums.add(acc.row_sum, alpha, c, g, p, q, finite,
+                     None if offset_size is None else offset_size[part].reshape(g.shape))
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
         abs_g = torch.where(finite, g.abs(), 0)
         bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
-        total += float((torch.where(finite, (error - fit).abs(), 0) / bound).sum())
+        ratios = torch.where(finite, (error - fit).abs(), 0) / bound
+        total += float(ratios.sum())
+        worst = max(worst, float(ratios.max()))
         count += int(finite.sum())
         # signs against the golden as the dtype holds it, as error_balance counts them
         g_round = flat_g[part].to(flat_a.dtype).to(device=device, dtype=work).reshape(g.shape)
@@ -134,16 +158,81 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         first = start // acc.length
         balances[first:first + a.shape[0]] = signs.sum(-1) / signed.sum(-1).clamp(min=1)
         if once:  # the elements GoldenChunk.rounding picks, counted per row
-            dominated = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work,
-                                    roundings=acc.roundings) <= \
+            dominated = rounding_bound(abs_g, term, moved, fmt, acc, golden_rms, work) <= \
                 ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
             dominated &= signed
             growth = torch.where(abs_g > 0, torch.sign(a.abs() - g_round.abs()), 0)
             leans[first:first + a.shape[0]] = torch.stack(
                 [dominated.sum(-1), (signs * dominated).sum(-1), (growth * dominated).sum(-1)], -1).to(work)
     residual = total / count if count else 0.0
-    return _Rows(residual, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
+    independent = rows if alike_rows is None else alike_rows.independent(rows)
+    order = None if sums is None else sums.ratio(independent)
+    return _Rows(residual, worst, order, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
                  _clustered_noise(leans, alike_rows) if once else None)
+
+
+# Rows whose terms' relative spread is under this many u per term are not judged (RowSums.add).
+ALIKE_TERMS = 4
+# What the factor itself rounds after its sum: an eps added, a square root, a reciprocal or division.
+FACTOR_ROUNDINGS = 3
+
+
+class RowSums:
+    """The rows' common errors against the most a fair order of each row's sum errs (issue 37).
+
+    A normalization's row statistic is a sum of positive terms: softmax's probabilities (its sum
+    scales the row), log_softmax's (its log offsets the row), a norm's squared normalized values (its
+    variance or mean square scales the row through the rsqrt, by half its relative error). Summed one
+    term at a time in the output's own format (float32, float64), the fair order that errs most, the
+    sum's relative error is a bridge's (element_bound.order_rmse): ROUNDING_RMS·u·sqrt(K·(1/3 + T/6)
+    + TERM_ROUNDINGS·T), T the sum of the squared relative terms, widened by chance as order_rmse is;
+    a term under u of the sum may vanish whole in it, so their total adds; and the factor's own
+    roundings add FACTOR_ROUNDINGS of ONE_ROUNDING_RMS·u each (of u·|logsumexp| where the statistic
+    offsets the row: log_softmax rounds what it subtracts). A sum kept in a narrower accumulator
+    errs several times that. Rows of alike terms are left out: there a sequential sum errs 89 u over
+    4096 terms of a near-constant softmax, where the bridge says 17.
+    """
+
+    def __init__(self, fmt: FloatFormat):
+        self.u = fmt.unit_roundoff
+        self.common = 0.0  # sum over rows of the common error squared
+        self.chance = 0.0  # sum over rows of the ceiling's random part squared
+        self.vanished = 0.0  # sum over rows of the vanishing terms' total squared
+        self.rows = 0
+
+    def add(self, kind: str, alpha, c, g, p, q, finite, offset_size=None) -> None:
+        if kind == "probabilities":
+            terms, common, half = g.clamp(min=0), c, 1.0
+        elif kind == "log_probabilities":
+            terms, common, half = torch.exp(g), alpha, 1.0
+        else:  # squares of the normalized values, (g - bias) / weight
+            ok = finite & (p != 0)
+            terms, common, half = torch.where(ok, q / torch.where(ok, p, 1), 0).square(), c, 0.5
+        terms = torch.where(finite & torch.isfinite(terms), terms, 0)
+        total = terms.sum(-1, keepdim=True)
+        relative = terms / total.clamp(min=torch.finfo(terms.dtype).tiny)
+        length, square = finite.sum(-1).to(g.dtype), relative.square().sum(-1)
+        # Terms alike to within the sum's own spacing (2u of it, K terms in) round alike in every
+        # addition: their errors add up rather than average out, and only the worst case (u·K) holds.
+        spread = torch.sqrt((length * square - 1).clamp(min=0))  # the terms' std over their mean
+        usable = (total[:, 0] > 0) & (spread >= ALIKE_TERMS * self.u * length)
+        # the factor's roundings: relative ones, or for an offset, u of what it subtracts
+        size = 1.0 if offset_size is None else torch.where(finite, offset_size, 0).amax(-1).clamp(min=1)
+        spread = half**2 * ROUNDING_RMS**2 * (length * (1 / 3 + square / 6) + TERM_ROUNDINGS * square) \
+            + FACTOR_ROUNDINGS * ONE_ROUNDING_RMS**2 * size**2
+        vanished = torch.where(relative < self.u, relative, 0).sum(-1) * half  # each rounded away whole
+        self.common += float(torch.where(usable, common.reshape(-1), 0).square().sum())
+        self.chance += float(torch.where(usable, spread, 0).sum()) * self.u**2
+        self.vanished += float(torch.where(usable, vanished, 0).square().sum())
+        self.rows += int(usable.sum())
+
+    def ratio(self, independent: float) -> float | None:
+        """RMS common error over RMS ceiling; None with no row to judge."""
+        if not self.rows:
+            return None
+        widening = 1 + 2 * math.sqrt(2 / max(independent, 1))
+        ceiling = widening * math.sqrt(self.chance / self.rows) + math.sqrt(self.vanished / self.rows)
+        return math.sqrt(self.common / self.rows) / ceiling if ceiling > 0 else math.inf
 
 
 # Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
@@ -170,9 +259,9 @@ def _clustered_noise(leans: torch.Tensor, repetition: Repetition | None) -> floa
     return worst * math.sqrt(rows / independent)
 
 
-def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Per row, the least-squares combination alpha·p + c·q closest to e (one of them alone where the
-    two are parallel within rounding)."""
+def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, alpha and c ([rows, 1] each) of the least-squares alpha·p + c·q closest to e (one of
+    them alone where the two are parallel within rounding)."""
     spp, spq, sqq = (p * p).sum(-1, keepdim=True), (p * q).sum(-1, keepdim=True), (q * q).sum(-1, keepdim=True)
     spe, sqe = (p * e).sum(-1, keepdim=True), (q * e).sum(-1, keepdim=True)
     det = spp * sqq - spq * spq
@@ -184,4 +273,4 @@ def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     alone_q = ~solvable & (sqq >= spp)
     c = torch.where(alone_q, sqe / sqq.clamp(min=tiny), c)
     alpha = torch.where(~solvable & ~alone_q, spe / spp.clamp(min=tiny), alpha)
-    return alpha * p + c * q
+    return alpha, c

@@ -290,10 +290,27 @@ class ErrorBound(Standard):
             *_bias_checks(m, limits),
         ]
         if m.mean_residual_ratio is not None:  # a normalization's rows: see metrics._row_statistics
-            checks.append(_check("mean_residual_ratio", m.mean_residual_ratio, limits["mean_residual_ratio"]))
+            checks.append(_check("max_residual_ratio", m.max_residual_ratio, limits["max_residual_ratio"]))
+            checks.append(_check("mean_residual_ratio", m.mean_residual_ratio,
+                                 _residual_limit(m, limits["mean_residual_ratio"])))
+        if m.row_order_ratio is not None:  # a row statistic's sum: no fair order errs more than a sequential one
+            checks.append(_check("row_order_ratio", m.row_order_ratio, limits["row_order_ratio"]))
         if m.order_rmse:  # a plain sum: no fair order of its additions errs more than a sequential one
             checks.append(_check("order_rmse_ratio", m.rmse / fair_order_rmse(m), limits["order_rmse_ratio"]))
         return checks
+
+
+# A fair row's residual is a few roundings to nearest, each erring uniformly within its share of the
+# elementwise bound: every element's ratio lies in [0, 1] and averages at most 1/2 (the table's limit).
+# A mean of n such ratios strays above its expectation by 6 standard errors of a variable in [0, 1],
+# 3/sqrt(n), with a chance under 1e-7 (Hoeffding); and never beyond 1, where every element errs its most.
+RESIDUAL_SIGMAS = 6
+
+
+def _residual_limit(m: Metrics, limit: Limit) -> Limit:
+    samples = m.independent(m.finite)
+    chance = RESIDUAL_SIGMAS * 0.5 / math.sqrt(samples) if samples else math.inf
+    return _at_least(limit, min(max(limit.error, 1.0), limit.error + chance))
 
 
 def fair_order_rmse(m: Metrics) -> float:

@@ -94,7 +94,7 @@ class Verdict:
 # Metrics that a mean over every element decides: the worst element may lie well within what the
 # standard allows there, so a message led by one of them says what decided instead.
 MEAN_DECIDED = frozenset({"bound_bias", "magnitude_bound_bias", "rounding_bias", "mean_bound_ratio", "mean_ulp_err",
-                          "mean_residual_ratio", "order_rmse_ratio"})
+                          "mean_residual_ratio", "order_rmse_ratio", "row_order_ratio"})
 _SIGNED_MEANS = frozenset({"bound_bias", "magnitude_bound_bias"})
 
 

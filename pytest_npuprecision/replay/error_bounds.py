@@ -92,7 +92,8 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
             shared = rule.shared(_rule_args(op, args), kwargs) if callable(rule.shared) else rule.shared
         except Exception:  # an argument the rule cannot read: no shared factor assumed
             shared = False
-        accumulation = replace(accumulation, shared=bool(shared))
+        accumulation = replace(accumulation, shared=bool(shared), shared_dim=rule.shared_dim if shared else None,
+                               row_sum=rule.row_sum if shared else None)
         if shared and rule.shared_affine is not None:
             try:
                 weight, bias = rule.shared_affine(_rule_args(op, args), kwargs)
@@ -100,6 +101,13 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
             except Exception as exc:  # then a norm's rows carry no residual check: the weight is unknown
                 notes.append(f"affine parameters of {op.api_name} unreadable ({type(exc).__name__}: {exc})")
                 accumulation = replace(accumulation, shared=False)
+    if accumulation.row_sum is not None and rule.row_offset_size is not None:
+        try:
+            size = rule.row_offset_size(_rule_args(op, args), kwargs).to(golden.device)
+            accumulation = replace(accumulation, row_offset_size=size)
+        except Exception as exc:  # then no ceiling: the offset's own rounding is unknown
+            notes.append(f"log-sum-exp of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+            accumulation = replace(accumulation, row_sum=None)
     if rule is not None and rule.sensitivity is not None:
         try:
             sensitivity = rule.sensitivity(_rule_args(op, args), kwargs).to(golden.device)
