@@ -62,7 +62,7 @@ class Accumulation:
     # norm's channel, dim 1; the row is every element of one channel). None: consecutive runs.
     shared_dim: int | None = None
     # With a shared factor: what the row's statistic sums, as read back from the golden, for the fair
-    # order's ceiling on the row's common error (row_statistics.row_sum_terms): "probabilities"
+    # order's ceiling on the row's common error (row_statistics.RowSums): "probabilities"
     # (softmax: its sum scales the row), "log_probabilities" (log_softmax: its sum's log offsets the
     # row), "squares" (a norm: its variance or mean square, over the normalized values, scales the
     # row through the rsqrt by half its error). None: no ceiling.

@@ -127,7 +127,8 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
     total, count, worst = 0.0, 0, 0.0
-    sums = RowSums(fmt) if acc.row_sum is not None and fmt.accumulator.unit_roundoff == fmt.unit_roundoff else None
+    sums = RowSums(fmt, acc.roundings + RESIDUAL_ROUNDINGS) \
+        if acc.row_sum is not None and fmt.accumulator.unit_roundoff == fmt.unit_roundoff else None
     offset_size = flat_term_norm(acc.row_offset_size, shape, device, work)
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
         part = slice(start, start + rows_per_chunk * acc.length)
@@ -141,7 +142,7 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         alpha, c = _fit_two(error, p, q)
         fit = alpha * p + c * q
         if sums is not None:
-            sums.add(acc.row_sum, alpha, c, g, p, q, finite,
+            sums.add(acc.row_sum, error, g, p, q, finite,
                      None if offset_size is None else offset_size[part].reshape(g.shape))
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
@@ -188,41 +189,52 @@ class RowSums:
     + TERM_ROUNDINGS·T), T the sum of the squared relative terms, widened by chance as order_rmse is;
     a term under u of the sum may vanish whole in it, so their total adds; and the factor's own
     roundings add FACTOR_ROUNDINGS of ONE_ROUNDING_RMS·u each (of u·|logsumexp| where the statistic
-    offsets the row: log_softmax rounds what it subtracts). A sum kept in a narrower accumulator
-    errs several times that. Rows of alike terms are left out: there a sequential sum errs 89 u over
+    offsets the row: log_softmax rounds what it subtracts). The fitted common error also carries the
+    elements' own roundings (``per_element`` of them, u·|g| each), as a least-squares coefficient
+    does: a share that only rows of a few elements notice. A sum kept in a narrower accumulator errs
+    several times all that. Rows of alike terms are left out: there a sequential sum errs 89 u over
     4096 terms of a near-constant softmax, where the bridge says 17.
     """
 
-    def __init__(self, fmt: FloatFormat):
+    def __init__(self, fmt: FloatFormat, per_element: int):
         self.u = fmt.unit_roundoff
+        self.per_element = per_element
         self.common = 0.0  # sum over rows of the common error squared
         self.chance = 0.0  # sum over rows of the ceiling's random part squared
         self.vanished = 0.0  # sum over rows of the vanishing terms' total squared
         self.rows = 0
 
-    def add(self, kind: str, alpha, c, g, p, q, finite, offset_size=None) -> None:
+    def add(self, kind: str, error, g, p, q, finite, offset_size=None) -> None:
+        g = torch.where(finite, g, 0)  # log_softmax's -inf, where the input has one
         if kind == "probabilities":
-            terms, common, half = g.clamp(min=0), c, 1.0
+            terms, regressor, half = g.clamp(min=0), q, 1.0
         elif kind == "log_probabilities":
-            terms, common, half = torch.exp(g), alpha, 1.0
+            terms, regressor, half = torch.exp(g), p, 1.0
         else:  # squares of the normalized values, (g - bias) / weight
             ok = finite & (p != 0)
-            terms, common, half = torch.where(ok, q / torch.where(ok, p, 1), 0).square(), c, 0.5
+            terms, regressor, half = torch.where(ok, q / torch.where(ok, p, 1), 0).square(), q, 0.5
         terms = torch.where(finite & torch.isfinite(terms), terms, 0)
         total = terms.sum(-1, keepdim=True)
         relative = terms / total.clamp(min=torch.finfo(terms.dtype).tiny)
         length, square = finite.sum(-1).to(g.dtype), relative.square().sum(-1)
         # Terms alike to within the sum's own spacing (2u of it, K terms in) round alike in every
         # addition: their errors add up rather than average out, and only the worst case (u·K) holds.
-        spread = torch.sqrt((length * square - 1).clamp(min=0))  # the terms' std over their mean
-        usable = (total[:, 0] > 0) & (spread >= ALIKE_TERMS * self.u * length)
+        variation = torch.sqrt((length * square - 1).clamp(min=0))  # the terms' std over their mean
+        usable = (total[:, 0] > 0) & (variation >= ALIKE_TERMS * self.u * length)
         # the factor's roundings: relative ones, or for an offset, u of what it subtracts
         size = 1.0 if offset_size is None else torch.where(finite, offset_size, 0).amax(-1).clamp(min=1)
-        spread = half**2 * ROUNDING_RMS**2 * (length * (1 / 3 + square / 6) + TERM_ROUNDINGS * square) \
-            + FACTOR_ROUNDINGS * ONE_ROUNDING_RMS**2 * size**2
+        # The row's common error alone, an offset or a scale as the statistic makes it (fitting both
+        # at once comes apart where a row's values are nearly equal), and what the elements' own
+        # roundings carry into that coefficient.
+        weight = regressor.square().sum(-1)
+        tiny = torch.finfo(g.dtype).tiny
+        common = (regressor * error).sum(-1) / weight.clamp(min=tiny)
+        carried = (regressor * g).square().sum(-1) / weight.square().clamp(min=tiny)
+        variance = half**2 * ROUNDING_RMS**2 * (length * (1 / 3 + square / 6) + TERM_ROUNDINGS * square) \
+            + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * size**2 + self.per_element * carried)
         vanished = torch.where(relative < self.u, relative, 0).sum(-1) * half  # each rounded away whole
-        self.common += float(torch.where(usable, common.reshape(-1), 0).square().sum())
-        self.chance += float(torch.where(usable, spread, 0).sum()) * self.u**2
+        self.common += float(torch.where(usable, common, 0).square().sum())
+        self.chance += float(torch.where(usable, variance, 0).sum()) * self.u**2
         self.vanished += float(torch.where(usable, vanished, 0).square().sum())
         self.rows += int(usable.sum())
 
