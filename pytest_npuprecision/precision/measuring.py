@@ -15,7 +15,7 @@ import torch
 
 from ..common.dtypes import FloatFormat, float_format
 from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
-from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices
+from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices, element_index
 from .row_statistics import alike_rows, repetition_of, rounding_bound, row_statistics, shared_shift
 
 _MIN_CHUNK = 1 << 16
@@ -119,14 +119,9 @@ def _moved_back(worst: WorstIndices, shape: tuple[int, ...], dim: int) -> WorstI
     def back(index: int) -> int:
         if index < 0:
             return index
-        coords = []
-        for size in reversed(moved_shape):
-            index, coord = divmod(index, size)
-            coords.append(coord)
-        coords.reverse()
-        original = coords[1:dim + 1] + [coords[0]] + coords[dim + 1:]
+        moved = element_index(index, moved_shape)
         flat = 0
-        for size, coord in zip(shape, original):
+        for size, coord in zip(shape, (*moved[1:dim + 1], moved[0], *moved[dim + 1:])):
             flat = flat * size + coord
         return flat
 
@@ -248,7 +243,7 @@ class _GoldenChunk:
         once = acc.one_rounding(fmt)
         if once:
             bound = rounding_bound(abs_g, term_norm, sensitivity, fmt, acc, golden_rms, work) if acc.shared \
-                else self.bound
+                else self.bound  # where rows share a factor, the rows as clusters allow for its error
             self.rounding = bound <= ROUNDING_DOMINATED * fmt.unit_roundoff * abs_g
         else:
             self.rounding = None

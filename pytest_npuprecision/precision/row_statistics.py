@@ -77,12 +77,10 @@ RESIDUAL_ROUNDINGS = 2
 
 
 def rounding_bound(abs_g, term, moved, fmt: FloatFormat, acc: Accumulation, golden_rms: float, work):
-    """Each element's bound as the rounding gate reads it: the full bound, or where rows share a factor,
-    what a fair kernel errs per element alone. The row's common error (its rounded sum, mean or rsqrt)
-    leans the whole row one way, and the gate counts rows as its samples for that; left in, its
-    sqrt(K) share hides the output's one rounding wherever values sit far from their mean."""
-    if not acc.shared:
-        return error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work, roundings=acc.roundings)
+    """Each element's bound as the rounding gate reads it where rows share a factor: what a fair kernel
+    errs per element alone. The row's common error (its rounded sum, mean or rsqrt) leans the whole
+    row one way, and the gate counts rows as its samples for that; left in, its sqrt(K) share hides
+    the output's one rounding wherever values sit far from their mean."""
     return error_bound(abs_g, term, moved, fmt, RESIDUAL_ROUNDINGS * fmt.accumulator.unit_roundoff, golden_rms,
                        work, roundings=acc.roundings)
 

@@ -100,7 +100,7 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
                 accumulation = replace(accumulation, shared_offset=weight, shared_origin=bias)
             except Exception as exc:  # then a norm's rows carry no residual check: the weight is unknown
                 notes.append(f"affine parameters of {op.api_name} unreadable ({type(exc).__name__}: {exc})")
-                accumulation = replace(accumulation, shared=False)
+                accumulation = replace(accumulation, shared=False, shared_dim=None, row_sum=None)
     if accumulation.row_sum is not None and rule.row_offset_size is not None:
         try:
             size = rule.row_offset_size(_rule_args(op, args), kwargs).to(golden.device)
