@@ -26,7 +26,11 @@ is printed too (the targets count them all). Exits 1 when a target
 of issues 12 and 37 is missed: 0 false alarms and every gross defect caught in every mode, subtle
 recall of at least 90 % with a baseline and 85 % without.
 
-    python benchmarks/defect_suite.py [--quick] [--ops softmax,matmul] [--dtypes float16]
+With ``--device cuda`` (or any torch device), torch's own kernel run there joins each cell's fair
+kernels: a vendor's kernels must pass in every mode too, with torch's CPU kernel as their peer
+baseline. float32 runs there at IEEE precision (TF32 off: the math modes judge TF32, tests/test_math_modes.py).
+
+    python benchmarks/defect_suite.py [--quick] [--ops softmax,matmul] [--dtypes float16] [--device cuda]
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Cell:
     op: Op
     dtype: torch.dtype
     regime: str
+    device: str | None = None  # where torch's own kernel also runs, as one more fair kernel
 
     @property
     def label(self) -> str:
@@ -85,18 +90,23 @@ class Cell:
 
     @cached_property
     def fair(self) -> dict[str, torch.Tensor]:
-        return {name: self._run(kernel) for name, kernel in self.op.fair.items()}
+        fair = {name: self._run(kernel) for name, kernel in self.op.fair.items()}
+        if self.device is not None:
+            fair[f"torch@{self.device}"] = self._run(next(iter(self.op.fair.values())), device=self.device)
+        return fair
 
     def wide(self) -> torch.Tensor:
         """The op in a wider dtype (float32 for half types, float64 for float32), before the output's rounding."""
         return self._run(self.op.golden, torch.float32 if self.dtype != torch.float32 else torch.float64)
 
-    def _run(self, kernel: Callable, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def _run(self, kernel: Callable, dtype: torch.dtype | None = None, device: str | None = None) -> torch.Tensor:
         args, kwargs = self.call
         if dtype is not None:
             args, kwargs = tuple(_cast(a, dtype) for a in args), {k: _cast(v, dtype) for k, v in kwargs.items()}
+        if device is not None:
+            args, kwargs = tuple(map(_moved(device), args)), {k: _moved(device)(v) for k, v in kwargs.items()}
         with torch.no_grad():
-            return kernel(*args, **kwargs)
+            return kernel(*args, **kwargs).cpu()
 
     @cached_property
     def spread(self) -> torch.Tensor | None:
@@ -108,6 +118,10 @@ def _cast(value, dtype: torch.dtype):
     return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
 
 
+def _moved(device: str) -> Callable:
+    return lambda value: value.to(device) if isinstance(value, torch.Tensor) else value
+
+
 @dataclass(frozen=True)
 class Output:
     """One output to judge: fair (must pass) or a defect of a kind (must fail)."""
@@ -117,7 +131,7 @@ class Output:
     actual: torch.Tensor
     source: str  # the fair kernel it was planted in (itself, for a fair output)
     peer: str  # another fair kernel
-    severity: str  # "fair", "gross" or "subtle"
+    severity: str  # "fair", "gross", "subtle", or "known" (a device kernel's known imprecision)
     # a subtle defect that some fair kernel of its cell errs as much as, in RMSE, mean error and
     # least-squares scaling: no standard that measures error can fail it and pass that kernel
     matched: bool = False
@@ -139,9 +153,15 @@ def _ulp(x: torch.Tensor) -> torch.Tensor:
 
 
 def _picked(x: torch.Tensor, count: int = 1) -> torch.Tensor:
-    """Flat indices of ``count`` seeded elements of at least median magnitude (so a defect shows)."""
+    """Flat indices of ``count`` seeded elements of at least median magnitude (so a defect shows), normal
+    numbers of x's dtype where it has any: the gross defects are gross on normal values (issue 37). A
+    subnormal of a few quanta x10 errs by tens of quanta, which the rounding of a fair kernel's
+    intermediates to the output dtype can reach (gelu's left tail in float16: 3/4 of it subnormal)."""
     flat = x.double().reshape(-1).abs()
-    candidates = torch.nonzero(torch.isfinite(flat) & (flat >= flat[torch.isfinite(flat)].median())).reshape(-1)
+    finite = torch.isfinite(flat)
+    normal = finite & (flat >= torch.finfo(x.dtype).tiny)
+    chosen = normal if normal.sum() >= count else finite
+    candidates = torch.nonzero(chosen & (flat >= flat[chosen].median())).reshape(-1)
     order = torch.randperm(candidates.numel(), generator=torch.Generator().manual_seed(7))
     return candidates[order[:count]]
 
@@ -203,11 +223,34 @@ def _float32_severity(cell: Cell, kind: str) -> str:
         else "subtle"
 
 
+# A device's own kernels measured to err past a fair kernel, found with --device: counted apart from
+# the fair kernels, and reported as they fare (tests/test_cuda_findings.py keeps each finding). The
+# attention's lean shows where the scores are moderate: with scores 3x wider it leans 2 ulp and passes.
+KNOWN_IMPRECISE = {
+    ("Torch.cumsum", torch.float16, "cuda"): "CUDA's cumsum keeps its running sum in the half type",
+    ("Torch.cumsum", torch.bfloat16, "cuda"): "CUDA's cumsum keeps its running sum in the half type",
+    # torch 2.11 on an H200: each row 6.6 to 7.3 float32 ulp small (the math backend: 0.45)
+    ("Functional.scaled_dot_product_attention", torch.float32, "cuda"):
+        "the memory-efficient kernel shrinks every row by about 7 float32 ulp",
+}
+
+
+def _known_imprecision(cell: Cell, kernel: str) -> str | None:
+    """Why ``kernel`` ("torch@cuda:0") is known to err past a fair kernel on this cell, if it is."""
+    return KNOWN_IMPRECISE.get((cell.op.name, cell.dtype, kernel.partition("@")[2].partition(":")[0]))
+
+
+def _severity(cell: Cell, kernel: str) -> str:
+    return "fair" if _known_imprecision(cell, kernel) is None else "known"
+
+
 def outputs(cell: Cell) -> Iterator[Output]:
-    """The cell's fair outputs, then its defects (those that change the output)."""
+    """The cell's fair outputs (a device kernel's known imprecision apart), then its defects (those that
+    change the output)."""
     names = list(cell.fair)
     for i, name in enumerate(names):
-        yield Output(cell, name, cell.fair[name], name, names[(i + 1) % len(names)], "fair")
+        yield Output(cell, name, cell.fair[name], name, names[(i + 1) % len(names)], _severity(cell, name))
+    names = [name for name in names if _severity(cell, name) == "fair"]
     source, peer = names[0], names[1 % len(names)]
     fair = cell.fair[source]
     defects: list[tuple[str, str, torch.Tensor]] = [("gross", k, f(fair)) for k, f in GROSS.items()]
@@ -243,8 +286,10 @@ def _error_measures(actual: torch.Tensor, golden: torch.Tensor) -> tuple[float, 
     return float(error.square().mean().sqrt()), abs(float(error.mean())), abs(scaling)
 
 
-def cells(ops: tuple[Op, ...], dtypes: tuple[torch.dtype, ...], regimes: int | None) -> list[Cell]:
-    return [Cell(op, dtype, regime) for op in ops for dtype in dtypes for regime in list(op.regimes)[:regimes]]
+def cells(ops: tuple[Op, ...], dtypes: tuple[torch.dtype, ...], regimes: int | None,
+          device: str | None = None) -> list[Cell]:
+    return [Cell(op, dtype, regime, device)
+            for op in ops for dtype in dtypes for regime in list(op.regimes)[:regimes]]
 
 
 # --- judging ------------------------------------------------------------------------------------
@@ -325,6 +370,12 @@ def summary(results: list[Result]) -> tuple[list[str], bool]:
     lines += [f"  [{r.mode}] {r.output.cell.label} {r.output.impl}"
               f"{f' (baseline {r.output.baseline_name(r.mode)})' if r.mode != 'none' else ''}: {r.checks}"
               for r in alarms]
+    # judged against itself (self mode) a known imprecision passes by construction: not counted there
+    known = [r for r in results if r.output.severity == "known" and r.mode != "self"]
+    if known:
+        lines.append(f"device kernels' known imprecisions: {sum(r.failed for r in known)} / {len(known)} failed")
+        lines += [f"  passed: [{r.mode}] {r.output.cell.label} {r.output.impl} "
+                  f"({_known_imprecision(r.output.cell, r.output.impl)})" for r in known if not r.failed]
     escaped = [r for r in results if r.output.severity == "gross" and not r.failed]
     if escaped:
         lines.append(f"gross defects passed ({len(escaped)}):")
@@ -341,17 +392,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="each op's first input regime only")
     parser.add_argument("--ops", help="comma-separated parts of op names, e.g. softmax,matmul")
     parser.add_argument("--dtypes", help="comma-separated dtypes, e.g. float16,float32")
+    parser.add_argument("--device", help="also run torch's own kernel on this device, as a fair kernel")
     args = parser.parse_args(argv)
     ops = tuple(op for op in OPS if not args.ops or any(part in op.name for part in args.ops.split(",")))
     dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(",")) if args.dtypes else DTYPES
-    selected = cells(ops, dtypes, QUICK_REGIMES if args.quick else None)
+    if args.device and args.device.startswith("cuda"):  # IEEE float32: TF32 is the math modes' to judge
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    selected = cells(ops, dtypes, QUICK_REGIMES if args.quick else None, args.device)
     start = time.perf_counter()
     results = run(selected, progress=sys.stderr.isatty())
     lines, met = summary(results)
     fair = sum(r.output.severity == "fair" for r in results) // len(MODES)
     defects = len(results) // len(MODES) - fair
     print(f"defect suite: {len(ops)} ops x {len(dtypes)} dtypes, {len(selected)} cells; {fair} fair outputs, "
-          f"{defects} defects; torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"{defects} defects; torch {torch.__version__}, {torch.get_num_threads()} threads"
+          + (f"; torch's kernel also on {args.device}" if args.device else ""))
     print("\n".join(lines))
     print(f"\n{time.perf_counter() - start:.0f} s; targets {'met' if met else 'MISSED'}")
     return 0 if met else 1

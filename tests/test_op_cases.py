@@ -259,7 +259,9 @@ def test_a_live_baseline_judges_op_cases_beside_their_own_standard(tmp_path):
 
     case = OpCase("mm", "Torch.matmul", (torch.float32,), "cases.yaml",
                   inputs=(TensorSpec(shape=(16, 256)), TensorSpec(shape=(256, 16))))
-    biased = FaultyBackend({"Torch.matmul": Fault("bias", 2)})  # within chance of the error bound alone
+    # 1.25 eps: over 100 seeded draws, the error bound alone reaches at most 0.77 of a limit and the
+    # baseline 0.93 to 1.2 (most over 1). At 2 eps an H200 box's Intel CPU kernel found 1.14 alone.
+    biased = FaultyBackend({"Torch.matmul": Fault("bias", 1.25)})
     assert check_case(case, torch.float32, settings(tmp_path, device=biased)).passed
     with_baseline = settings(tmp_path, device=biased, baseline=Backend("cpu"))
     outcome = check_case(case, torch.float32, with_baseline)

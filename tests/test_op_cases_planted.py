@@ -192,8 +192,10 @@ def test_hypothesis_finds_the_bug_and_the_regression_case_fails_alone(project, m
     searched = run(project, f"op_cases/{bug}.yaml")
     searched.assert_outcomes(failed=1)
     text = failure_text(searched)
+    # Shrinking may stop at the profile's bound (Hypothesis 6.168 with an Intel CPU's float16 sums did).
     head = re.search(r"Hypothesis searched \d+ examples? \(profile ci\) to find a failing one, then shrank it in \d+ "
-                     r"more; worst margin seen ([0-9.e+]+)x the limit, this example ([0-9.e+]+)x:", text)
+                     r"more(?: \(shrinking stopped early[^;]*\))?; worst margin seen ([0-9.e+]+)x the limit, "
+                     r"this example ([0-9.e+]+)x:", text)
     assert head is not None, text
     # A planted bug stays clear of its limit once shrunk: it never reads as barely over (issue 20).
     assert float(head[2]) >= 2 and float(head[1]) >= float(head[2])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -36,20 +36,29 @@ def _centring(op: str) -> AccumulationRule:
                             shared_affine=lambda a, k: norm_terms.affine(op, a, k))
 
 
-def _native_batch_norm() -> AccumulationRule:
-    """torch.native_batch_norm is batch_norm with weight and bias before the running statistics
-    (input, weight, bias, running_mean, running_var, training, momentum, eps): batch_norm's rule,
-    read in that order. Without it, its sums over N·H·W were judged as one rounding each."""
-    rule = _centring("batch_norm")
+def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
+            arguments: tuple[str, ...]) -> AccumulationRule:
+    """torch.native_batch_norm, native_group_norm and native_layer_norm: the norm's rule, its arguments
+    read in the order ``order`` puts them back to, and a term norm for the saved mean they also return.
+    Without it their sums over the statistics were judged as one rounding each."""
+    rule = _centring(op)
+    return replace(rule, length=lambda a, k: rule.length(order(a), k),
+                   term_norm=lambda a, k: rule.term_norm(order(a), k),
+                   grad_term_norms=lambda a, k, g: rule.grad_term_norms(order(a), k, g),
+                   shared_affine=lambda a, k: rule.shared_affine(order(a), k),
+                   saved_mean=lambda a, k: norm_terms.mean_terms(op, order(a), k), arguments=arguments)
 
-    def ordered(a: Sequence[Any]) -> Sequence[Any]:
-        return (a[0], a[3], a[4], a[1], a[2], *a[5:]) if len(a) >= 5 else a
 
-    return replace(rule, length=lambda a, k: rule.length(ordered(a), k),
-                   term_norm=lambda a, k: rule.term_norm(ordered(a), k),
-                   grad_term_norms=lambda a, k, g: rule.grad_term_norms(ordered(a), k, g),
-                   shared_affine=lambda a, k: rule.shared_affine(ordered(a), k),
-                   arguments=("input", "weight", "bias", "running_mean", "running_var"))
+# native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps);
+# native_group_norm(input, weight, bias, N, C, HxW, group, eps); native_layer_norm as layer_norm.
+_NATIVE_NORMS = {
+    "native_batch_norm": _native(
+        "batch_norm", lambda a: (a[0], a[3], a[4], a[1], a[2], *a[5:]) if len(a) >= 5 else a,
+        ("input", "weight", "bias", "running_mean", "running_var")),
+    "native_group_norm": _native(
+        "group_norm", lambda a: (a[0], a[6], a[1], a[2], a[7]) if len(a) >= 8 else a, ("input", "weight", "bias")),
+    "native_layer_norm": _native("layer_norm", lambda a: a, ("input", "normalized_shape", "weight", "bias")),
+}
 
 
 def _normalized_shape(args, kwargs) -> tuple[int, ...]:
@@ -67,8 +76,10 @@ _CONV_TRANSPOSE = AccumulationRule(
 _SUM = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 1, "dim")), squared=True)
 _STAT = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 1, "dim")))
 def _statistic(op: str) -> AccumulationRule:
-    return AccumulationRule(_STAT.length,
-                            grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g))
+    """var and std; var_mean and std_mean also return the mean, which errs with the values it averages."""
+    return AccumulationRule(_STAT.length, term_norm=lambda a, k: norm_terms.statistic_terms(op, a, k),
+                            grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g),
+                            saved_mean=norm_terms.statistic_mean_terms if op.endswith("_mean") else None)
 
 
 def _observations(x: torch.Tensor) -> int:
@@ -163,7 +174,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "tensordot": AccumulationRule(lambda a, k: contracted(a, k), squared=True),
     **{name: AccumulationRule(recurrent) for name in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     "multi_head_attention_forward": AccumulationRule(multi_head_attention),
-    "var": _statistic("var"), "std": _statistic("std"),
+    **{op: _statistic(op) for op in ("var", "std", "var_mean", "std_mean")},
     # A sum over the observations of centred products, over a normalization that may cancel
     # (bounds/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
     "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)), roundings=1,
@@ -184,7 +195,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(), shared=True),
     "layer_norm": _centring("layer_norm"), "group_norm": _centring("group_norm"),
     "batch_norm": _centring("batch_norm"), "instance_norm": _centring("instance_norm"),
-    "native_batch_norm": _native_batch_norm(),
+    **_NATIVE_NORMS,
     # Two sums in a chain, whose lengths add as attention's do: the log-sum-exp over the classes, then
     # the mean over the batch (not their product: no sum runs over every logit at once).
     "cross_entropy": AccumulationRule(loss_length(6, per_sample=class_count, total=classes_then_batch),

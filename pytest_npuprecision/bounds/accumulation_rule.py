@@ -49,6 +49,9 @@ class AccumulationRule:
     # each sum's outputs err together without sharing a factor (Accumulation.correlated): a prefix
     # sum's run, a batch norm's channel (its rounded mean and rsqrt); implied by ``shared``
     correlated: bool = False
+    # a native norm's saved mean (its output.1): each statistic's term norm, the L2 norm of the x / n it
+    # sums, in the output's order. Without it the mean is judged on its own size, which cancels.
+    saved_mean: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
 
     @property
     def reduces(self) -> bool:

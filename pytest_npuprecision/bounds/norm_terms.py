@@ -14,6 +14,7 @@ broadcastable to the output or gradient it scales.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +145,15 @@ def forward_terms(op: str, args, kwargs) -> torch.Tensor:
     return terms if c.bias is None else terms + c.bias.abs()
 
 
+def mean_terms(op: str, args, kwargs) -> torch.Tensor:
+    """Per statistic, flat in its order: the L2 norm of the terms x / n its mean sums. A mean near zero
+    still errs with the values it averages, as any sum does."""
+    c = _READERS[op](args, kwargs)
+    view = c.x.reshape(c.x.shape[0], c.groups, -1) if c.groups else c.x
+    count = math.prod(view.shape[d] for d in c.dims)
+    return view.square().sum(dim=c.dims).sqrt().reshape(-1) / max(count, 1)
+
+
 def affine(op: str, args, kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weight (ones without one) and the bias (None without one), expanded to the output."""
     c = _READERS[op](args, kwargs)
@@ -189,27 +199,86 @@ def _summed_norm(terms: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return norm.reshape(-1) if len(shape) > 1 and shape[0] == 1 else norm
 
 
+@dataclass(frozen=True)
+class _Reduced:
+    """One var, std, var_mean or std_mean call: its input in float64 and the dims it reduces."""
+
+    x: torch.Tensor
+    dims: tuple[int, ...]
+    correction: float
+    keepdim: bool
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.x.shape[d] for d in self.dims) if self.x.dim() else 1
+
+    @property
+    def divisor(self) -> float:
+        return max(self.count - self.correction, 1.0)
+
+    def centred_terms(self) -> torch.Tensor:
+        """Per input element, 2 (|x| + mean |x|) / (N - correction): what one rounding of x - mean in the
+        sum of squares costs, per unit of |x - mean| (and of the gradient's cotangent)."""
+        return 2 * (self.x.abs() + self.x.abs().mean(self.dims, keepdim=True)) / self.divisor
+
+    def std(self) -> torch.Tensor:
+        return self.x.var(self.dims, correction=self.correction, keepdim=True).sqrt()
+
+    def result_shaped(self, t: torch.Tensor) -> torch.Tensor:
+        """A keepdim reduction's result, shaped as the call's output."""
+        return t if self.keepdim else t.reshape([n for d, n in enumerate(t.shape) if d not in self.dims])
+
+
+def _reduced(args, kwargs) -> _Reduced | None:
+    """var(input, dim, unbiased, keepdim) as of old, var(input, dim, *, correction, keepdim) as of now;
+    a bool in dim's place is the legacy ``unbiased`` over every dim."""
+    x = _double(argument(args, kwargs, 0, "input", "self"))
+    if x is None or not x.numel():
+        return None
+    dim = argument(args, kwargs, 1, "dim")
+    unbiased = dim if isinstance(dim, bool) else kwargs.get("unbiased", args[2] if len(args) > 2 and
+                                                              isinstance(args[2], bool) else True)
+    if dim is None or isinstance(dim, bool) or (isinstance(dim, (list, tuple)) and not dim):
+        dims = tuple(range(x.dim()))
+    else:
+        dims = tuple(d % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else (dim,)))
+    correction = kwargs.get("correction")
+    correction = float(1 if unbiased else 0) if correction is None else float(correction)
+    keepdim = bool(kwargs.get("keepdim", args[3] if len(args) > 3 and isinstance(args[3], bool) else False))
+    return _Reduced(x, dims, correction, keepdim)
+
+
+def statistic_terms(op: str, args, kwargs) -> torch.Tensor | None:
+    """var's (std's) output: the sum of (x - mean)^2 cancels in x - mean as a centring normalization
+    does (a Welford kernel's running mean errs with |x|, as CUDA's does): per output element, the L2
+    norm of |x - mean| 2 (|x| + mean |x|) / (N - correction), over 2 std for std."""
+    r = _reduced(args, kwargs)
+    if r is None:
+        return None
+    terms = (r.x - r.x.mean(r.dims, keepdim=True)).abs() * r.centred_terms()
+    norm = terms.square().sum(r.dims, keepdim=True).sqrt()
+    if op in ("std", "std_mean"):
+        norm = norm / (2 * r.std()).clamp(min=torch.finfo(torch.float64).tiny)
+    return r.result_shaped(norm)
+
+
+def statistic_mean_terms(args, kwargs) -> torch.Tensor | None:
+    """var_mean's and std_mean's mean (output.1): the L2 norm of the x / N it sums, flat."""
+    r = _reduced(args, kwargs)
+    return None if r is None else (r.x.square().sum(r.dims).sqrt() / max(r.count, 1)).reshape(-1)
+
+
 def statistic_gradient_terms(op: str, args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
     """var's input gradient 2 (x - mean) g / (N - correction) (std's, over 2 std) cancels in x - mean
     as a centring normalization does: its terms scale with |x| + mean |x|, not with the result."""
-    x = _double(argument(args, kwargs, 0, "input", "self"))
-    dim = argument(args, kwargs, 1, "dim")
-    if x is None or not x.numel():
+    r = _reduced(args, kwargs)
+    if r is None:
         return {}
-    if dim is None or isinstance(dim, bool) or (isinstance(dim, (list, tuple)) and not dim):
-        dims = tuple(range(x.dim()))  # all of them (a bool at 1 is the legacy ``unbiased``)
-    else:
-        dims = tuple(d % max(x.dim(), 1) for d in (dim if isinstance(dim, (list, tuple)) else (dim,)))
-    count = 1
-    for d in dims:
-        count *= x.shape[d] if x.dim() else 1
-    correction = kwargs.get("correction", 1 if kwargs.get("unbiased", True) else 0)
-    g = cotangent.detach().double().to(x.device)
-    for d in sorted(dims):  # the reduced dims back, where keepdim dropped them
-        if g.dim() < x.dim():
+    g = cotangent.detach().double().to(r.x.device)
+    for d in sorted(r.dims):  # the reduced dims back, where keepdim dropped them
+        if g.dim() < r.x.dim():
             g = g.unsqueeze(d)
-    terms = 2 * (x.abs() + x.abs().mean(dims, keepdim=True)) * g.abs() / max(count - float(correction or 0), 1.0)
-    if op == "std":
-        std = x.var(dims, correction=correction, keepdim=True).sqrt()
-        terms = terms / (2 * std).clamp(min=torch.finfo(torch.float64).tiny)
-    return {"input": terms.expand(x.shape)}
+    terms = r.centred_terms() * g.abs()
+    if op in ("std", "std_mean"):
+        terms = terms / (2 * r.std()).clamp(min=torch.finfo(torch.float64).tiny)
+    return {"input": terms.expand(r.x.shape)}

@@ -14,7 +14,7 @@ import torch
 
 from ..backends import Backend, load_backend
 from ..common.math_modes import DEFAULT_POLICY
-from ..ops.namesakes import NoSingleNamesake
+from ..ops.namesakes import LINALG, NoSingleNamesake
 from ..ops.registry import registered_op
 from ..ops.resolution import ResolvedOp, choose_namesake, resolve
 from ..precision.metrics import Accumulation
@@ -70,6 +70,8 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     baseline = load_backend(baseline, "baseline") if baseline is not None else None
     run = run_call(resolved, args, kwargs, device=device, golden=golden, baseline=baseline, backward=backward,
                    requires_grad=requires, seed=seed, reference=reference)
+    if run.error:  # an output the two sides shape differently, or one side lacks: never a silent pass
+        raise ValueError(f"check_call({resolved.api_name}): {run.error}")
     rules = rules or Rules.default()
     # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
@@ -96,8 +98,9 @@ def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
     if callable(op) and not isinstance(op, str):
         name = _callable_name(op)
         found = resolve(name) if name is not None else None
-        if found is not None and found.func is op:  # a torch operator: its tables' rules apply
-            return dataclasses.replace(found, namesakes=())  # the function given, not a namesake
+        if found is not None and (found.func is op or any(func is op for _, func in found.namesakes)):
+            # a torch operator: its tables' rules apply, to the function given, not a namesake
+            return dataclasses.replace(found, func=op, namesakes=())
         return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op)
     custom = registered_op(op)
     found = resolve(custom.api_name if custom is not None else op)
@@ -115,6 +118,9 @@ def _callable_name(op: Callable[..., Any]) -> str | None:
         return f"Torch.{name}"
     if op is getattr(torch.Tensor, name, None):
         return f"Tensor.{name}"
+    short = name.removeprefix("linalg_")  # msprobe names torch.linalg.svd (linalg_svd) Torch.svd
+    if short in LINALG and op is getattr(torch.linalg, short, None):
+        return f"Torch.{short}"
     return None
 
 

@@ -73,6 +73,19 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
     return forward_accumulation(op, list(args), dict(kwargs or {}), side, [])
 
 
+def saved_mean_norm(op, args, kwargs, golden: Side, notes: list[str],
+                    rule: AccumulationRule | None = None) -> torch.Tensor | None:
+    """A native norm's saved mean (output.1): its term norms (AccumulationRule.saved_mean), flat."""
+    rule = rule or ACCUMULATION_RULES.get(op.base_name)
+    if rule is None or rule.saved_mean is None:
+        return None
+    try:
+        return rule.saved_mean(_rule_args(op, args), kwargs).to(golden.device)
+    except Exception as exc:
+        notes.append(f"term norms of {op.api_name}'s saved mean unavailable ({type(exc).__name__}: {exc})")
+        return None
+
+
 def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
                          rule: AccumulationRule | None = None) -> Accumulation:
     """rule: the op's (unknown_op_bounds.measured_rule for a user's op no table describes); default: the table's."""
