@@ -14,7 +14,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..common.dtypes import float_format
-from . import attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms
+from . import (
+    attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms, spectral_terms,
+)
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
 from .reduction_lengths import (
@@ -46,7 +48,8 @@ def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
                    term_norm=lambda a, k: rule.term_norm(order(a), k),
                    grad_term_norms=lambda a, k, g: rule.grad_term_norms(order(a), k, g),
                    shared_affine=lambda a, k: rule.shared_affine(order(a), k),
-                   saved_mean=lambda a, k: norm_terms.mean_terms(op, order(a), k), arguments=arguments)
+                   output_norms=lambda a, k, name, shape: norm_terms.mean_terms(op, order(a), k)
+                   if name == "output.1" else None, arguments=arguments)
 
 
 # native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps);
@@ -79,7 +82,8 @@ def _statistic(op: str) -> AccumulationRule:
     """var and std; var_mean and std_mean also return the mean, which errs with the values it averages."""
     return AccumulationRule(_STAT.length, term_norm=lambda a, k: norm_terms.statistic_terms(op, a, k),
                             grad_term_norms=lambda a, k, g: norm_terms.statistic_gradient_terms(op, a, k, g),
-                            saved_mean=norm_terms.statistic_mean_terms if op.endswith("_mean") else None)
+                            output_norms=(lambda a, k, name, shape: norm_terms.statistic_mean_terms(a, k)
+                                          if name == "output.1" else None) if op.endswith("_mean") else None)
 
 
 def _observations(x: torch.Tensor) -> int:
@@ -140,9 +144,12 @@ def _matrix_entries(args, kwargs) -> int:
 
 
 _MATRIX_ALGORITHM = AccumulationRule(_matrix_entries)
+# The SVD's factors move with the matrix's norm and its gaps (bounds/spectral_terms.py).
+_SVD = AccumulationRule(_matrix_entries, output_norms=spectral_terms.factor_terms)
 
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     **{name: _MATRIX_ALGORITHM for name in MATRIX_ALGORITHMS},
+    "svd": _SVD, "svdvals": AccumulationRule(_matrix_entries, term_norm=spectral_terms.singular_values),
     **{name: _loss(name) for name in _LOSSES},
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
     "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),

@@ -49,9 +49,10 @@ class AccumulationRule:
     # each sum's outputs err together without sharing a factor (Accumulation.correlated): a prefix
     # sum's run, a batch norm's channel (its rounded mean and rsqrt); implied by ``shared``
     correlated: bool = False
-    # a native norm's saved mean (its output.1): each statistic's term norm, the L2 norm of the x / n it
-    # sums, in the output's order. Without it the mean is judged on its own size, which cancels.
-    saved_mean: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
+    # term norms of one output by its name and shape, flat in its order or broadcastable to it, where
+    # term_norm cannot say (None: it does): the mean a norm or var_mean also returns (judged on its own
+    # size, it cancels), an SVD's factors, whose shapes its arguments choose.
+    output_norms: Callable[[Sequence[Any], Mapping[str, Any], str, torch.Size], torch.Tensor | None] | None = None
 
     @property
     def reduces(self) -> bool:

@@ -73,17 +73,19 @@ def accumulation_for(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, A
     return forward_accumulation(op, list(args), dict(kwargs or {}), side, [])
 
 
-def saved_mean_norm(op, args, kwargs, golden: Side, notes: list[str],
-                    rule: AccumulationRule | None = None) -> torch.Tensor | None:
-    """A native norm's saved mean (output.1): its term norms (AccumulationRule.saved_mean), flat."""
+def output_norm(op, args, kwargs, golden: Side, name: str, shape: torch.Size, notes: list[str],
+                rule: AccumulationRule | None = None) -> torch.Tensor | None:
+    """The term norms of output ``name`` of ``shape`` where the rule gives them by output
+    (AccumulationRule.output_norms); None where it does not."""
     rule = rule or ACCUMULATION_RULES.get(op.base_name)
-    if rule is None or rule.saved_mean is None:
+    if rule is None or rule.output_norms is None:
         return None
     try:
-        return rule.saved_mean(_rule_args(op, args), kwargs).to(golden.device)
+        norm = rule.output_norms(_rule_args(op, args), kwargs, name, shape)
     except Exception as exc:
-        notes.append(f"term norms of {op.api_name}'s saved mean unavailable ({type(exc).__name__}: {exc})")
+        notes.append(f"term norms of {op.api_name}'s {name} unavailable ({type(exc).__name__}: {exc})")
         return None
+    return None if norm is None else norm.to(golden.device)
 
 
 def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],

@@ -32,7 +32,7 @@ from ..ops.registry import name_of
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
 from .cotangents import output_gradients
-from .error_bounds import forward_accumulation, grad_accumulations, saved_mean_norm
+from .error_bounds import forward_accumulation, grad_accumulations, output_norm
 from .perturbed import GoldenSpread
 from .sides import (
     Forward, OpExecutionError, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths,
@@ -93,8 +93,10 @@ def default_device() -> torch.device:
 
 def _fitting(norm: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
     """``norm`` where it describes an output of ``shape`` (the same elements, or broadcast onto them)."""
-    if norm is None or norm.numel() == math.prod(shape):
+    if norm is None or norm.shape == shape:
         return norm
+    if norm.numel() == math.prod(shape):
+        return norm.reshape(shape)
     try:
         return norm if torch.broadcast_shapes(norm.shape, shape) == torch.Size(shape) else None
     except RuntimeError:  # not broadcastable at all
@@ -309,16 +311,13 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
         if not forward_acc:
             forward_acc.append(replace(forward_accumulation(golden_op, args, kwargs, golden_side, notes, rule),
                                        math_mode=math_mode))
+        acc = forward_acc[0]
+        own = output_norm(golden_op, args, kwargs, golden_side, name, actual.shape, notes, rule)
         if name == "output.0":
-            return forward_acc[0]
+            return acc if own is None else replace(acc, term_norm=_fitting(own, actual.shape))
         # A norm's rows share their factor in its result, not in the statistics it also returns; nor
         # do result-shaped term norms describe a per-channel mean or invstd (native_batch_norm's).
-        acc = forward_acc[0]
-        term_norm = _fitting(acc.term_norm, actual.shape)
-        if name == "output.1":  # a native norm's saved mean errs with the values it averages
-            mean_norm = saved_mean_norm(golden_op, args, kwargs, golden_side, notes, rule)
-            if mean_norm is not None and mean_norm.numel() == actual.numel():
-                term_norm = mean_norm.reshape(actual.shape)
+        term_norm = _fitting(acc.term_norm if own is None else own, actual.shape)
         return replace(acc, shared=False, correlated=False, term_norm=term_norm,
                        sensitivity=_fitting(acc.sensitivity, actual.shape))
 

@@ -40,8 +40,8 @@ def aligned(op, outputs: Sequence) -> list:
     for out in outputs:
         if out.name in flipped and out.actual.is_floating_point() and out.actual.dim() >= 2:
             dim = flipped[out.name]
-            changes = {side: _flip(getattr(out, side), sign, dim) for side, sign in signs.items()
-                       if getattr(out, side) is not None and sign.shape[-1] == getattr(out, side).shape[dim]}
+            changes = {side: _flip(getattr(out, side), _sized(sign, getattr(out, side).shape[dim]), dim)
+                       for side, sign in signs.items() if getattr(out, side) is not None}
             out = replace(out, **changes)
         result.append(out)
     return result
@@ -51,6 +51,14 @@ def _signs(side: torch.Tensor, golden: torch.Tensor) -> torch.Tensor:
     """Per column (the last dim), +1 or -1: the sign of the column's dot product with the golden's."""
     dots = (side.double() * golden.to(side.device).double()).sum(-2)
     return torch.where(dots < 0, -1.0, 1.0)
+
+
+def _sized(sign: torch.Tensor, size: int) -> torch.Tensor:
+    """The signs of the first ``size`` vectors: a full U (or Vh) has vectors past the k singular values
+    that carry no sign into the other factor, whose own extra vectors keep theirs."""
+    if sign.shape[-1] >= size:
+        return sign[..., :size]
+    return torch.cat([sign, sign.new_ones((*sign.shape[:-1], size - sign.shape[-1]))], -1)
 
 
 def _flip(t: torch.Tensor, sign: torch.Tensor, dim: int) -> torch.Tensor:

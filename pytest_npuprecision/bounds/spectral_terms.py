@@ -1,0 +1,67 @@
+"""What a fair SVD errs by: its singular values with the matrix's norm, its vectors with the gaps.
+
+A backward-stable SVD (LAPACK's, cuSOLVER's) is exact for A + E with ||E|| about p·u·||A||. So every
+singular value moves by up to ||E|| (Weyl), however small it is, and the j-th singular vector turns by
+about ||E|| / gap_j, gap_j its distance to the nearest other singular value (and to 0 where the
+matrix is not square, for the vectors of the larger side), spread over the vector's elements. The
+term norms below carry those magnitudes; the rule's length m·n gives p (bounds/accumulation.py).
+Vectors the SVD does not determine (a singular value repeated to float64's precision, the columns a
+full U or V adds beyond the k singular values) get the matrix's norm over float64's unit roundoff:
+nothing there is judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .op_arguments import argument
+
+_EPS = torch.finfo(torch.float64).eps
+
+
+def _spectrum(args, kwargs) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """(singular values [..., k], the largest [..., 1], m, n) of the call's matrix, in float64."""
+    a = argument(args, kwargs, 0, "input", "A")
+    s = torch.linalg.svdvals(a.detach().double())
+    return s, s[..., :1], a.shape[-2], a.shape[-1]
+
+
+def singular_values(args, kwargs) -> torch.Tensor:
+    """svdvals' output (and svd's S): each moves with the matrix's norm, sigma_1."""
+    s, top, _, _ = _spectrum(args, kwargs)
+    return top.expand(s.shape)
+
+
+def _turns(args, kwargs, size: int) -> tuple[torch.Tensor, int, int]:
+    """Per vector of a factor with ``size`` of them, sigma_1 / gap_j: how far it turns per unit of
+    relative backward error; the undetermined ones (beyond k, or at a repeated value) 1 / eps."""
+    s, top, m, n = _spectrum(args, kwargs)
+    distance = (s.unsqueeze(-1) - s.unsqueeze(-2)).abs()
+    distance.diagonal(dim1=-2, dim2=-1).fill_(torch.inf)
+    gap = distance.amin(-1)
+    if m != n:  # the larger side's vectors also turn into the complement, at a distance sigma_j
+        gap = torch.minimum(gap, s)
+    turns = torch.where(gap > top * _EPS, top / gap.clamp(min=top.amin() * _EPS), 1 / _EPS)
+    extra = turns.new_full((*turns.shape[:-1], max(size - turns.shape[-1], 0)), 1 / _EPS)
+    return torch.cat([turns, extra], -1)[..., :size], m, n
+
+
+def factor_terms(args: Any, kwargs: Any, name: str, shape: torch.Size) -> torch.Tensor | None:
+    """svd's (torch.svd's or torch.linalg.svd's) outputs: U by column, S, then V by column or Vh by row,
+    each vector's turn spread over its elements. A square V and Vh, which the two functions shape
+    alike, get the larger of their row's and their column's at each element."""
+    if name == "output.1":
+        return singular_values(args, kwargs)
+    if name not in ("output.0", "output.2") or len(shape) < 2:
+        return None
+    rows, columns = shape[-2], shape[-1]
+    if name == "output.0":
+        turns, m, _ = _turns(args, kwargs, columns)
+        return (turns / m ** 0.5).unsqueeze(-2)
+    turns, _, n = _turns(args, kwargs, max(rows, columns))
+    right = turns / n ** 0.5
+    if rows == columns:
+        return torch.maximum(right.unsqueeze(-1), right.unsqueeze(-2))
+    return right[..., :rows].unsqueeze(-1) if columns == n else right[..., :columns].unsqueeze(-2)
