@@ -1,4 +1,5 @@
-"""What a fair SVD errs by: its singular values with the matrix's norm, its vectors with the gaps.
+"""What a fair SVD (or symmetric eigendecomposition) errs by: its values with the matrix's norm, its
+vectors with the gaps.
 
 A backward-stable SVD (LAPACK's, cuSOLVER's) is exact for A + E with ||E|| about p·u·||A||. So every
 singular value moves by up to ||E|| (Weyl), however small it is, and the j-th singular vector turns by
@@ -7,7 +8,8 @@ matrix is not square, for the vectors of the larger side), spread over the vecto
 term norms below carry those magnitudes; the rule's length m·n gives p (bounds/accumulation.py).
 Vectors the SVD does not determine (a singular value repeated to float64's precision, the columns a
 full U or V adds beyond the k singular values) get the matrix's norm over float64's unit roundoff:
-nothing there is judged.
+nothing there is judged. A symmetric matrix's eigenvalues and eigenvectors (eigh) move alike, with
+||A|| = max |lambda| and the gaps between eigenvalues.
 """
 
 from __future__ import annotations
@@ -65,3 +67,30 @@ def factor_terms(args: Any, kwargs: Any, name: str, shape: torch.Size) -> torch.
     if rows == columns:
         return torch.maximum(right.unsqueeze(-1), right.unsqueeze(-2))
     return right[..., :rows].unsqueeze(-1) if columns == n else right[..., :columns].unsqueeze(-2)
+
+
+def _eigen(args, kwargs) -> torch.Tensor:
+    a = argument(args, kwargs, 0, "input", "A")
+    return torch.linalg.eigvalsh(a.detach().double())
+
+
+def eigenvalues(args, kwargs) -> torch.Tensor:
+    """eigvalsh's output (and eigh's values): each moves with ||A||, the largest |lambda|."""
+    values = _eigen(args, kwargs)
+    return values.abs().amax(-1, keepdim=True).expand(values.shape)
+
+
+def eigen_terms(args: Any, kwargs: Any, name: str, shape: torch.Size) -> torch.Tensor | None:
+    """eigh's outputs: the values, then the vectors by column, each turning by ||A|| / gap_j over
+    its n elements (1 / eps where a value repeats)."""
+    if name == "output.0":
+        return eigenvalues(args, kwargs)
+    if name != "output.1":
+        return None
+    values = _eigen(args, kwargs)
+    top = values.abs().amax(-1, keepdim=True)
+    distance = (values.unsqueeze(-1) - values.unsqueeze(-2)).abs()
+    distance.diagonal(dim1=-2, dim2=-1).fill_(torch.inf)
+    gap = distance.amin(-1)
+    turns = torch.where(gap > top * _EPS, top / gap.clamp(min=float(top.amin()) * _EPS + 1e-300), 1 / _EPS)
+    return (turns / values.shape[-1] ** 0.5).unsqueeze(-2)

@@ -119,8 +119,8 @@ def _callable_name(op: Callable[..., Any]) -> str | None:
     if op is getattr(torch.Tensor, name, None):
         return f"Tensor.{name}"
     short = name.removeprefix("linalg_")  # msprobe names torch.linalg.svd (linalg_svd) Torch.svd
-    if short in LINALG and op is getattr(torch.linalg, short, None):
-        return f"Torch.{short}"
+    if op is getattr(torch.linalg, short, None):  # and the ones it does not hook by their namespace
+        return f"Torch.{short}" if short in LINALG else f"Torch.linalg.{short}"
     return None
 
 

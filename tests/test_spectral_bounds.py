@@ -1,9 +1,10 @@
-"""The SVD's bounds (issue 37, found by OpInfo samples on cuda and a sweep on the CPU).
+"""The SVD's and eigh's bounds (issue 37, found by OpInfo samples on cuda and a sweep on the CPU).
 
 A backward-stable SVD is exact for A + E with ||E|| about p·u·||A||: a singular value moves by up to
 ||E|| however small it is, a singular vector turns by ||E|| / gap (bounds/spectral_terms.py). Bounded
 on their own sizes, LAPACK's float32 vectors failed 19 of 720 random calls (up to 19.7 times the
 bound, near a small gap), cuSOLVER's singular values 1.87 times (OpInfo, torch 2.11 on an H200).
+A symmetric matrix's eigenvalues and eigenvectors move alike, with max |lambda| and the gaps.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from faulty_backend import Fault, FaultyBackend
 from pytest_npuprecision import check_call
+from pytest_npuprecision.backends import Backend
 from pytest_npuprecision.precision.verdict import Status
 
 SHAPES = [(2, 3), (3, 3), (4, 2), (5, 5), (8, 6), (2, 4, 4)]
@@ -78,3 +80,44 @@ def test_full_factors_are_aligned_by_the_k_vectors_that_carry_a_sign(shape):
         a = _matrix(shape, seed)
         verdict = check_call(torch.linalg.svd, a)
         assert verdict.status is Status.PASS, verdict.message()
+
+
+def _symmetric(shape, seed: int) -> torch.Tensor:
+    a = _matrix(shape, seed)
+    return a @ a.mT
+
+
+def test_fair_float32_eigh_passes():
+    failed = {}
+    for seed in range(30):
+        for shape in ((3, 3), (5, 5), (2, 4, 4)):
+            for op in (torch.linalg.eigh, torch.linalg.eigvalsh):
+                verdict = check_call(op, _symmetric(shape, seed))
+                failed.update({(seed, shape, op.__name__, name): v.failures
+                               for name, v in verdict.outputs if v.status is Status.ERROR})
+    assert not failed, failed
+
+
+class _OneWrong(Backend):
+    """The CPU, with one element of each of eigh's outputs multiplied by ``factor``."""
+
+    def __init__(self, factor: float):
+        super().__init__("cpu", name="one-wrong")
+        self.factor = factor
+
+    def call(self, api, func, args, kwargs):
+        out = func(*args, **kwargs)
+        if api != "Torch.linalg.eigh":
+            return out
+        wrong = [t.contiguous().clone() for t in out]
+        for t in wrong:
+            t.view(-1)[-1] *= self.factor  # the largest eigenvalue, and a vector's last element
+        return tuple(wrong)
+
+
+@pytest.mark.parametrize("factor", [10.0, 0.0], ids=["x10", "flushed"])
+def test_one_wrong_eigenvalue_or_vector_element_fails(factor):
+    for seed in range(4):
+        verdict = check_call(torch.linalg.eigh, _symmetric((5, 5), seed), device=_OneWrong(factor))
+        assert [name for name, _ in verdict.outputs] == ["output.0", "output.1"]
+        assert all(v.status is Status.ERROR for _, v in verdict.outputs), verdict.message()
