@@ -152,6 +152,8 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "svd": _SVD, "svdvals": AccumulationRule(_matrix_entries, term_norm=spectral_terms.singular_values),
     "eigh": AccumulationRule(_matrix_entries, output_norms=spectral_terms.eigen_terms),
     "eigvalsh": AccumulationRule(_matrix_entries, term_norm=spectral_terms.eigenvalues),
+    **{name: AccumulationRule(_matrix_entries, term_norm=spectral_terms.pseudo_inverse)
+       for name in ("pinv", "pinverse")},
     **{name: _loss(name) for name in _LOSSES},
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
     "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),

@@ -9,7 +9,9 @@ term norms below carry those magnitudes; the rule's length m·n gives p (bounds/
 Vectors the SVD does not determine (a singular value repeated to float64's precision, the columns a
 full U or V adds beyond the k singular values) get the matrix's norm over float64's unit roundoff:
 nothing there is judged. A symmetric matrix's eigenvalues and eigenvectors (eigh) move alike, with
-||A|| = max |lambda| and the gaps between eigenvalues.
+||A|| = max |lambda| and the gaps between eigenvalues. The pseudo-inverse moves by up to
+PINV_GROWTH·kappa·||A+|| per unit of relative backward error (Wedin), kappa = sigma_1 / sigma_r over
+the singular values it keeps.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import torch
 from .op_arguments import argument
 
 _EPS = torch.finfo(torch.float64).eps
+# Wedin's bound on ||A+ - B+|| / ||A+|| for a perturbation that keeps the rank: (1 + sqrt 5) / 2 times
+# kappa times the relative perturbation, in the spectral norm; rounded up to 2.
+PINV_GROWTH = 2.0
 
 
 def _spectrum(args, kwargs) -> tuple[torch.Tensor, torch.Tensor, int, int]:
@@ -94,3 +99,14 @@ def eigen_terms(args: Any, kwargs: Any, name: str, shape: torch.Size) -> torch.T
     gap = distance.amin(-1)
     turns = torch.where(gap > top * _EPS, top / gap.clamp(min=float(top.amin()) * _EPS + 1e-300), 1 / _EPS)
     return (turns / values.shape[-1] ** 0.5).unsqueeze(-2)
+
+
+def pseudo_inverse(args: Any, kwargs: Any) -> torch.Tensor:
+    """pinv's term norm, one per matrix ([..., 1, 1]): PINV_GROWTH·kappa·||A+||_F spread over its
+    entries, keeping the singular values above pinv's default cutoff (max(m, n)·eps of the dtype)."""
+    a = argument(args, kwargs, 0, "input", "A")
+    s, top, m, n = _spectrum(args, kwargs)
+    kept = s > max(m, n) * torch.finfo(a.dtype).eps * top
+    smallest = torch.where(kept, s, torch.inf).amin(-1, keepdim=True)
+    frobenius = torch.where(kept, s, torch.inf).reciprocal().square().sum(-1, keepdim=True).sqrt()
+    return (PINV_GROWTH * top / smallest * frobenius / (m * n) ** 0.5).unsqueeze(-1)
