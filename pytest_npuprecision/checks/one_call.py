@@ -14,7 +14,7 @@ import torch
 
 from ..backends import Backend, load_backend
 from ..common.math_modes import DEFAULT_POLICY
-from ..ops.namesakes import LINALG, NoSingleNamesake
+from ..ops.namesakes import LINALG, SAME_FUNCTION, NoSingleNamesake
 from ..ops.registry import registered_op
 from ..ops.resolution import ResolvedOp, choose_namesake, resolve
 from ..precision.metrics import Accumulation
@@ -98,7 +98,8 @@ def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
     if callable(op) and not isinstance(op, str):
         name = _callable_name(op)
         found = resolve(name) if name is not None else None
-        if found is not None and (found.func is op or any(func is op for _, func in found.namesakes)):
+        same = found is not None and found.base_name in SAME_FUNCTION  # torch.linalg.det computes torch.det
+        if found is not None and (found.func is op or same or any(func is op for _, func in found.namesakes)):
             # a torch operator: its tables' rules apply, to the function given, not a namesake
             return dataclasses.replace(found, func=op, namesakes=())
         return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op)
