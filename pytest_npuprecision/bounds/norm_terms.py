@@ -149,9 +149,13 @@ def mean_terms(op: str, args, kwargs) -> torch.Tensor:
     """Per statistic, flat in its order: the L2 norm of the terms x / n its mean sums. A mean near zero
     still errs with the values it averages, as any sum does."""
     c = _READERS[op](args, kwargs)
-    view = c.x.reshape(c.x.shape[0], c.groups, -1) if c.groups else c.x
-    count = math.prod(view.shape[d] for d in c.dims)
-    return view.square().sum(dim=c.dims).sqrt().reshape(-1) / max(count, 1)
+    return _mean_norm(c.x.reshape(c.x.shape[0], c.groups, -1) if c.groups else c.x, c.dims)
+
+
+def _mean_norm(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """The L2 norm of the terms x / n of each mean over ``dims``, flat."""
+    count = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+    return x.square().sum(dim=dims).sqrt().reshape(-1) / max(count, 1)
 
 
 def affine(op: str, args, kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -265,7 +269,7 @@ def statistic_terms(op: str, args, kwargs) -> torch.Tensor | None:
 def statistic_mean_terms(args, kwargs) -> torch.Tensor | None:
     """var_mean's and std_mean's mean (output.1): the L2 norm of the x / N it sums, flat."""
     r = _reduced(args, kwargs)
-    return None if r is None else (r.x.square().sum(r.dims).sqrt() / max(r.count, 1)).reshape(-1)
+    return None if r is None else _mean_norm(r.x, r.dims)
 
 
 def statistic_gradient_terms(op: str, args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -35,6 +35,19 @@ def _spectrum(args, kwargs) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     return s, s[..., :1], a.shape[-2], a.shape[-1]
 
 
+def _gaps(values: torch.Tensor) -> torch.Tensor:
+    """Each value's distance to the nearest other one along the last dim."""
+    distance = (values.unsqueeze(-1) - values.unsqueeze(-2)).abs()
+    distance.diagonal(dim1=-2, dim2=-1).fill_(torch.inf)
+    return distance.amin(-1)
+
+
+def _turns_over(gap: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """top / gap: how far each vector turns per unit of relative backward error; 1 / eps where the gap
+    is within float64's precision of top, a vector no SVD or eigh determines."""
+    return torch.where(gap > top * _EPS, top / gap.clamp(min=torch.finfo(torch.float64).tiny), 1 / _EPS)
+
+
 def singular_values(args, kwargs) -> torch.Tensor:
     """svdvals' output (and svd's S): each moves with the matrix's norm, sigma_1."""
     s, top, _, _ = _spectrum(args, kwargs)
@@ -45,12 +58,10 @@ def _turns(args, kwargs, size: int) -> tuple[torch.Tensor, int, int]:
     """Per vector of a factor with ``size`` of them, sigma_1 / gap_j: how far it turns per unit of
     relative backward error; the undetermined ones (beyond k, or at a repeated value) 1 / eps."""
     s, top, m, n = _spectrum(args, kwargs)
-    distance = (s.unsqueeze(-1) - s.unsqueeze(-2)).abs()
-    distance.diagonal(dim1=-2, dim2=-1).fill_(torch.inf)
-    gap = distance.amin(-1)
+    gap = _gaps(s)
     if m != n:  # the larger side's vectors also turn into the complement, at a distance sigma_j
         gap = torch.minimum(gap, s)
-    turns = torch.where(gap > top * _EPS, top / gap.clamp(min=top.amin() * _EPS), 1 / _EPS)
+    turns = _turns_over(gap, top)
     extra = turns.new_full((*turns.shape[:-1], max(size - turns.shape[-1], 0)), 1 / _EPS)
     return torch.cat([turns, extra], -1)[..., :size], m, n
 
@@ -93,11 +104,7 @@ def eigen_terms(args: Any, kwargs: Any, name: str, shape: torch.Size) -> torch.T
     if name != "output.1":
         return None
     values = _eigen(args, kwargs)
-    top = values.abs().amax(-1, keepdim=True)
-    distance = (values.unsqueeze(-1) - values.unsqueeze(-2)).abs()
-    distance.diagonal(dim1=-2, dim2=-1).fill_(torch.inf)
-    gap = distance.amin(-1)
-    turns = torch.where(gap > top * _EPS, top / gap.clamp(min=float(top.amin()) * _EPS + 1e-300), 1 / _EPS)
+    turns = _turns_over(_gaps(values), values.abs().amax(-1, keepdim=True))
     return (turns / values.shape[-1] ** 0.5).unsqueeze(-2)
 
 

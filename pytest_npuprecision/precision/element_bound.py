@@ -72,6 +72,12 @@ ONE_ROUNDING_RMS = 1 / math.sqrt(3)
 TERM_ROUNDINGS = 5
 
 
+def order_widening(samples: float) -> float:
+    """How far a fair order's RMS error may stray above its expected value by chance: 4 sigma of a mean
+    of ``samples`` independent squares, 1 + 2·sqrt(2/n) (a scalar, n = 1: 3.8 times)."""
+    return 1 + 2 * math.sqrt(2 / max(samples, 1))
+
+
 def order_rmse(golden, term_norm, fmt: FloatFormat, length: int, roundings: int, work, chunk: int = 1 << 18) -> float:
     """The RMS error, expected, of the fair kernel that errs most where the output sums its terms: one
     that adds them one at a time, in the accumulator's precision (a pairwise or blocked sum errs less).

@@ -12,6 +12,7 @@ import torch
 from ..common.dtypes import FloatFormat
 from .element_bound import (
     ONE_ROUNDING_RMS, ROUNDING_DOMINATED, ROUNDING_RMS, TERM_ROUNDINGS, error_bound, flat_term_norm,
+    order_widening,
 )
 from .metrics import Accumulation, Repetition
 
@@ -240,8 +241,8 @@ class RowSums:
         """RMS common error over RMS ceiling; None with no row to judge."""
         if not self.rows:
             return None
-        widening = 1 + 2 * math.sqrt(2 / max(independent, 1))
-        ceiling = widening * math.sqrt(self.chance / self.rows) + math.sqrt(self.vanished / self.rows)
+        ceiling = order_widening(independent) * math.sqrt(self.chance / self.rows) \
+            + math.sqrt(self.vanished / self.rows)
         return math.sqrt(self.common / self.rows) / ceiling if ceiling > 0 else math.inf
 
 

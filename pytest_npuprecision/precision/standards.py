@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .element_bound import order_widening
 from .metrics import Metrics
 from .rules import Limit, OpName, OpRule
 from .verdict import Check, Status
@@ -321,8 +322,7 @@ def fair_order_rmse(m: Metrics) -> float:
     The bound's mean (half of sqrt(K)·u·scale) admits several times what a sequential sum errs over
     terms of either sign: 64 ulp of noise over a sum of 8192 of them, or a 32-eps scaling, stay
     under it, while a pairwise sum errs a few ulp and a sequential one about 25."""
-    samples = max(_samples(m, grouped=True), 1)
-    return m.order_rmse * (1 + 2 * math.sqrt(2 / samples))
+    return m.order_rmse * order_widening(_samples(m, grouped=True))
 
 
 def _bias_checks(m: Metrics, limits: dict[str, Limit]) -> list[Check]:
