@@ -203,3 +203,44 @@ def test_a_row_with_an_infinite_input_keeps_a_finite_ceiling():
                     inputs=((x, -1), {}))
     assert verdict.status is Status.PASS, render_message(verdict)
     assert verdict.metrics.row_order_ratio is not None and verdict.metrics.row_order_ratio < 1
+
+
+def _layer_norm_kernel(one_pass: bool, folded: bool = False, bits: int | None = None):
+    """float32 layer_norm kernels over the last dim whose sums run one term at a time (_row_sum): the
+    variance in one pass, E[x²] - mean², or two, the mean of (x - mean)²; applied as (x - mean)·rstd·w
+    + b, or folded into x·a + (b - mean·a), a = rstd·w, as torch's CPU group_norm applies it."""
+    def kernel(x, w, b, eps=1e-5):
+        k = x.shape[-1]
+        mean = _row_sum(x, bits) / k
+        var = _row_sum(x * x, bits) / k - mean * mean if one_pass else _row_sum((x - mean).square(), bits) / k
+        rstd = torch.rsqrt(var + eps)
+        if folded:
+            a = rstd * w
+            return x * a + (b - mean * a)
+        return (x - mean) * rstd * w + b
+    return kernel
+
+
+@pytest.mark.parametrize("offset", [0.0, 3.0, 50.0])
+def test_a_centring_norm_is_held_to_the_one_pass_variance_it_may_take(offset):
+    """A centring norm's rows err through their mean (an offset) and their variance (a scale). Taken in
+    one pass, E[x²] - mean², the variance errs with the values' distance r from their mean, squared,
+    and the mean's own error enters 2r times: the ceiling on the rows' common error allows that.
+    Every fair form passes, summed one term at a time in float32: two passes, folded or not, and one
+    pass where the values sit within a few spreads of zero (at r = 50 a sequential one-pass kernel
+    over 1024 values errs about 1e-3 of each value, past the error bound itself). Summed three bits
+    short of float32, the two-pass form fails row_order_ratio alone: at r = 0 through its scale, at
+    r = 50 through its mean."""
+    g = torch.Generator().manual_seed(11)
+    x = offset + torch.randn(64, 1024, generator=g)
+    w, b = 1 + 0.1 * torch.randn(1024, generator=g), 0.1 * torch.randn(1024, generator=g)
+    args, kwargs = (x, (1024,), w, b), {"eps": 1e-5}
+    golden = F.layer_norm(x.double(), (1024,), w.double(), b.double(), eps=1e-5)
+    forms = [(False, False), (False, True)] + ([(True, False), (True, True)] if offset <= 3 else [])
+    for fair in [F.layer_norm(*args, **kwargs)] + [_layer_norm_kernel(*form)(x, w, b) for form in forms]:
+        verdict = judge(fair, golden, op="Functional.layer_norm", inputs=(args, kwargs))
+        assert verdict.status is Status.PASS, render_message(verdict)
+        assert verdict.metrics.row_order_ratio < 0.8
+    narrow = judge(_layer_norm_kernel(False, bits=21)(x, w, b), golden, op="Functional.layer_norm",
+                   inputs=(args, kwargs))
+    assert {c.metric for c in narrow.failures} == {"row_order_ratio"}, render_message(narrow)

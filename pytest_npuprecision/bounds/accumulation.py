@@ -35,7 +35,8 @@ def _centring(op: str) -> AccumulationRule:
                             grad_term_norms=lambda a, k, g: norm_terms.gradient_terms(op, a, k, g),
                             arguments=norm_terms.ARGUMENTS[op], shared=True, correlated=True,
                             shared_dim=1 if op == "batch_norm" else None,
-                            shared_affine=lambda a, k: norm_terms.affine(op, a, k))
+                            shared_affine=lambda a, k: norm_terms.affine(op, a, k), row_sum="centred",
+                            row_offset_size=lambda a, k: norm_terms.offset_over_spread(op, a, k))
 
 
 def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
@@ -48,6 +49,7 @@ def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
                    term_norm=lambda a, k: rule.term_norm(order(a), k),
                    grad_term_norms=lambda a, k, g: rule.grad_term_norms(order(a), k, g),
                    shared_affine=lambda a, k: rule.shared_affine(order(a), k),
+                   row_offset_size=lambda a, k: rule.row_offset_size(order(a), k),
                    output_norms=lambda a, k, name, shape: norm_terms.mean_terms(op, order(a), k)
                    if name == "output.1" else None, arguments=arguments)
 

@@ -39,8 +39,8 @@ class AccumulationRule:
     # the dim whose index each shared row keeps (batch_norm's channels, dim 1), where a row is not a
     # run of consecutive outputs (Accumulation.shared_dim)
     shared_dim: int | None = None
-    # what the shared row's statistic sums (Accumulation.row_sum), and where it offsets the row, the
-    # size of what it subtracts (Accumulation.row_offset_size)
+    # what the shared row's statistic sums (Accumulation.row_sum), and where it offsets the row, what
+    # it subtracts (Accumulation.row_offset_size)
     row_sum: str | None = None
     row_offset_size: Callable[[Sequence[Any], Mapping[str, Any]], torch.Tensor] | None = None
     # with a shared factor, (weight, bias) broadcastable to the output: Accumulation.shared_offset and

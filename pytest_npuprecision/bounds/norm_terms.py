@@ -158,6 +158,13 @@ def _mean_norm(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return x.square().sum(dim=dims).sqrt().reshape(-1) / max(count, 1)
 
 
+def offset_over_spread(op: str, args, kwargs) -> torch.Tensor:
+    """mean * invstd per output element, signed: how far the values sit from zero in units of their
+    spread. A one-pass variance, E[x^2] - mean^2, errs with its square (row_statistics.RowSums)."""
+    c = _READERS[op](args, kwargs)
+    return c.mean * c.invstd
+
+
 def affine(op: str, args, kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weight (ones without one) and the bias (None without one), expanded to the output."""
     c = _READERS[op](args, kwargs)

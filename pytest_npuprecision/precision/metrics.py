@@ -64,11 +64,12 @@ class Accumulation:
     # With a shared factor: what the row's statistic sums, as read back from the golden, for the fair
     # order's ceiling on the row's common error (row_statistics.RowSums): "probabilities"
     # (softmax: its sum scales the row), "log_probabilities" (log_softmax: its sum's log offsets the
-    # row), "squares" (a norm: its variance or mean square, over the normalized values, scales the
-    # row through the rsqrt by half its error). None: no ceiling.
+    # row), "squares" (rms_norm: its mean square, over the normalized values, scales the row through
+    # the rsqrt by half its error), "centred" (a centring norm: its mean offsets the row, its variance
+    # scales it). None: no ceiling.
     row_sum: str | None = None
-    # Where the row's statistic offsets it (log_softmax's log-sum-exp), its size, broadcastable to the
-    # output: its one rounding moves the row by u times that.
+    # Where the row's statistic offsets it, broadcastable to the output: log_softmax's log-sum-exp,
+    # whose one rounding moves the row by u times it; a centring norm's mean over its spread, signed.
     row_offset_size: torch.Tensor | None = None
     # The outputs of one sum err together (rows that share a factor, wherever they lie; a prefix
     # sum's run; a batch norm's channel): a bias is judged with numel / length groups as its samples.

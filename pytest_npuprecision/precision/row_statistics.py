@@ -180,70 +180,119 @@ FACTOR_ROUNDINGS = 3
 class RowSums:
     """The rows' common errors against the most a fair order of each row's sum errs (issue 37).
 
-    A normalization's row statistic is a sum of positive terms: softmax's probabilities (its sum
-    scales the row), log_softmax's (its log offsets the row), a norm's squared normalized values (its
-    variance or mean square scales the row through the rsqrt, by half its relative error). Summed one
-    term at a time in the output's own format (float32, float64), the fair order that errs most, the
-    sum's relative error is a bridge's (element_bound.order_rmse): ROUNDING_RMS·u·sqrt(K·(1/3 + T/6)
-    + TERM_ROUNDINGS·T), T the sum of the squared relative terms, widened by chance as order_rmse is;
-    a term under u of the sum may vanish whole in it, so their total adds; and the factor's own
+    A normalization's row statistic is a sum: softmax's probabilities (its sum scales the row),
+    log_softmax's (its log offsets the row), rms_norm's squared normalized values (its mean square
+    scales the row through the rsqrt, by half its relative error), a centring norm's values and their
+    squares (its mean offsets the row; its variance scales it).
+
+    Summed one term at a time in the output's own format (float32, float64), the fair order that errs
+    most, a sum's error is a bridge's (element_bound.order_rmse): ROUNDING_RMS·u·sqrt(K·(S²/3 + t²/6)
+    + TERM_ROUNDINGS·t²), S the sum and t its terms' L2 norm, widened by chance as order_rmse is; a
+    term under u of the sum may vanish whole in it, so their total adds; and the factor's own
     roundings add FACTOR_ROUNDINGS of ONE_ROUNDING_RMS·u each (of u·|logsumexp| where the statistic
     offsets the row: log_softmax rounds what it subtracts). The fitted common error also carries the
     elements' own roundings (``per_element`` of them, u·|g| each), as a least-squares coefficient
     does: a share that only rows of a few elements notice. A sum kept in a narrower accumulator errs
     several times all that. Rows of alike terms are left out: there a sequential sum errs 89 u over
     4096 terms of a near-constant softmax, where the bridge says 17.
+
+    A centring norm may take its variance in one pass, E[x²] - mean², which errs with the values'
+    distance r from their mean, in units of their spread: the sum of x² errs with (1 + r²) of the
+    variance, the mean's own error enters twice r times. Its offset and its scale are judged apart,
+    each against its own ceiling, and the worse decides: at r = 50 the scale's ceiling is 2500 times
+    the offset's, and would hide a mean summed too narrowly.
     """
 
     def __init__(self, fmt: FloatFormat, per_element: int):
         self.u = fmt.unit_roundoff
         self.per_element = per_element
-        self.common = 0.0  # sum over rows of the common error squared
-        self.chance = 0.0  # sum over rows of the ceiling's random part squared
-        self.vanished = 0.0  # sum over rows of the vanishing terms' total squared
-        self.rows = 0
+        self.parts: dict[str, list[float]] = {}  # per coefficient: common², chance², vanished², rows
 
     def add(self, kind: str, error, g, p, q, finite, offset_size=None) -> None:
         g = torch.where(finite, g, 0)  # log_softmax's -inf, where the input has one
+        ok = finite & (p != 0)
+        normalized = torch.where(ok, q / torch.where(ok, p, 1), 0)  # a norm's (x - mean) / spread
+        if kind == "centred":
+            r = torch.where(finite, offset_size, 0).sum(-1) / finite.sum(-1).clamp(min=1)
+            self._centred(error, g, p, q, normalized, finite, r)
+            return
         if kind == "probabilities":
             terms, regressor, half = g.clamp(min=0), q, 1.0
         elif kind == "log_probabilities":
             terms, regressor, half = torch.exp(g), p, 1.0
-        else:  # squares of the normalized values, (g - bias) / weight
-            ok = finite & (p != 0)
-            terms, regressor, half = torch.where(ok, q / torch.where(ok, p, 1), 0).square(), q, 0.5
-        terms = torch.where(finite & torch.isfinite(terms), terms, 0)
-        total = terms.sum(-1, keepdim=True)
-        relative = terms / total.clamp(min=torch.finfo(terms.dtype).tiny)
-        length, square = finite.sum(-1).to(g.dtype), relative.square().sum(-1)
-        # Terms alike to within the sum's own spacing (2u of it, K terms in) round alike in every
-        # addition: their errors add up rather than average out, and only the worst case (u·K) holds.
-        variation = torch.sqrt((length * square - 1).clamp(min=0))  # the terms' std over their mean
-        usable = (total[:, 0] > 0) & (variation >= ALIKE_TERMS * self.u * length)
+        else:  # squares of the normalized values
+            terms, regressor, half = normalized.square(), q, 0.5
+        total, sequential, vanished, usable = self._sum(terms, finite)
         # the factor's roundings: relative ones, or for an offset, u of what it subtracts
         size = 1.0 if offset_size is None else torch.where(finite, offset_size, 0).amax(-1).clamp(min=1)
-        # The row's common error alone, an offset or a scale as the statistic makes it (fitting both
-        # at once comes apart where a row's values are nearly equal), and what the elements' own
-        # roundings carry into that coefficient.
-        weight = regressor.square().sum(-1)
-        tiny = torch.finfo(g.dtype).tiny
-        common = (regressor * error).sum(-1) / weight.clamp(min=tiny)
-        carried = (regressor * g).square().sum(-1) / weight.square().clamp(min=tiny)
-        variance = half**2 * ROUNDING_RMS**2 * (length * (1 / 3 + square / 6) + TERM_ROUNDINGS * square) \
-            + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * size**2 + self.per_element * carried)
-        vanished = torch.where(relative < self.u, relative, 0).sum(-1) * half  # each rounded away whole
-        self.common += float(torch.where(usable, common, 0).square().sum())
-        self.chance += float(torch.where(usable, variance, 0).sum()) * self.u**2
-        self.vanished += float(torch.where(usable, vanished, 0).square().sum())
-        self.rows += int(usable.sum())
+        common, carried = _coefficient(regressor, error, g)
+        relative = sequential / total.square().clamp(min=torch.finfo(g.dtype).tiny)
+        variance = half**2 * relative + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * size**2 + self.per_element * carried)
+        self._tally("factor", common, variance, vanished * half, usable)
+
+    def _centred(self, error, g, p, q, normalized, finite, r) -> None:
+        """A centring norm: the mean's error offsets the row (along the weight p), the variance's scales
+        it (along q), as a one-pass variance of values r spreads from zero errs, in spread units."""
+        count = finite.sum(-1).clamp(min=1).to(g.dtype)
+        values = torch.where(finite, normalized + r[:, None], 0)  # x / spread
+        _, mean_sum, _, _ = self._sum(values, finite)
+        squares, square_sum, vanished, usable = self._sum(values.square(), finite)
+        mean = mean_sum / count.square()  # (mean's error / spread)², per u²
+        mean_square = square_sum / count.square()  # (E[x²]'s error / spread²)², per u²
+        variance = (mean_square.sqrt() + 2 * r.abs() * mean.sqrt()).square()             + ONE_ROUNDING_RMS**2 * FACTOR_ROUNDINGS * (1 + r.square()).square()
+        offset, offset_carried = _coefficient(p, error, g)
+        scale, scale_carried = _coefficient(q, error, g)
+        # A kernel may fold the norm into x·a + (bias - mean·a), a = weight / spread: that shift's
+        # roundings move a whole channel or row by u of |bias| + |mean·a|, as the fitted offset reads them.
+        shift = (p.abs() * ((g - q).abs() + r[:, None].abs() * p.abs())).sum(-1) \
+            / p.square().sum(-1).clamp(min=torch.finfo(g.dtype).tiny)
+        self._tally("offset", offset, mean + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * shift.square()
+                                                                    + self.per_element * offset_carried),
+                    torch.zeros_like(r), usable)
+        self._tally("scale", scale, variance / 4 + ONE_ROUNDING_RMS**2 * self.per_element * scale_carried,
+                    vanished * squares / count / 2, usable)
+
+    def _sum(self, terms, finite):
+        """Per row: the terms' sum, its sequential error's variance per u² (the bridge), the total of
+        the terms that vanish whole in it, relative to it, and whether the terms differ enough to judge."""
+        terms = torch.where(finite & torch.isfinite(terms), terms, 0)
+        total = terms.sum(-1)
+        length, square = finite.sum(-1).to(terms.dtype), terms.square().sum(-1)
+        sequential = ROUNDING_RMS**2 * (length * (total.square() / 3 + square / 6) + TERM_ROUNDINGS * square)
+        size = total.abs().clamp(min=torch.finfo(terms.dtype).tiny)
+        relative = terms.abs() / size[:, None]
+        # Terms alike to within the sum's own spacing (2u of it, K terms in) round alike in every
+        # addition: their errors add up rather than average out, and only the worst case (u·K) holds.
+        variation = torch.sqrt((length * square / size.square() - 1).clamp(min=0))  # std over mean
+        usable = (total != 0) & (variation >= ALIKE_TERMS * self.u * length)
+        vanished = torch.where(relative < self.u, relative, 0).sum(-1)  # each rounded away whole
+        return total, sequential, vanished, usable
+
+    def _tally(self, part: str, common, variance, vanished, usable) -> None:
+        sums = self.parts.setdefault(part, [0.0, 0.0, 0.0, 0])
+        sums[0] += float(torch.where(usable, common, 0).square().sum())
+        sums[1] += float(torch.where(usable, variance, 0).sum()) * self.u**2
+        sums[2] += float(torch.where(usable, vanished, 0).square().sum())
+        sums[3] += int(usable.sum())
 
     def ratio(self, independent: float) -> float | None:
-        """RMS common error over RMS ceiling; None with no row to judge."""
-        if not self.rows:
-            return None
-        ceiling = order_widening(independent) * math.sqrt(self.chance / self.rows) \
-            + math.sqrt(self.vanished / self.rows)
-        return math.sqrt(self.common / self.rows) / ceiling if ceiling > 0 else math.inf
+        """RMS common error over RMS ceiling, the worst coefficient's; None with no row to judge."""
+        ratios = []
+        for common, chance, vanished, rows in self.parts.values():
+            if rows:
+                ceiling = order_widening(independent) * math.sqrt(chance / rows) + math.sqrt(vanished / rows)
+                ratios.append(math.sqrt(common / rows) / ceiling if ceiling > 0 else math.inf)
+        return max(ratios, default=None)
+
+
+def _coefficient(regressor, error, g):
+    """Per row, the least-squares coefficient of ``regressor`` alone in the error, and the variance
+    per (ONE_ROUNDING_RMS·u)² it carries from the elements' own roundings, u·|g| each."""
+    weight = regressor.square().sum(-1)
+    tiny = torch.finfo(g.dtype).tiny
+    common = (regressor * error).sum(-1) / weight.clamp(min=tiny)
+    carried = (regressor * g).square().sum(-1) / weight.square().clamp(min=tiny)
+    return common, carried
 
 
 # Fewer rows than this estimate their own spread too poorly for a 6-sigma gate: four rows whose
