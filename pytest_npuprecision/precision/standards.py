@@ -302,16 +302,23 @@ class ErrorBound(Standard):
 
 
 # A fair row's residual is a few roundings to nearest, each erring uniformly within its share of the
-# elementwise bound: every element's ratio lies in [0, 1] and averages at most 1/2 (the table's limit).
-# A mean of n such ratios strays above its expectation by 6 standard errors of a variable in [0, 1],
-# 3/sqrt(n), with a chance under 1e-7 (Hoeffding); and never beyond 1, where every element errs its most.
+# elementwise bound, and independently of the others: each rounds a different value. At least two are
+# counted, and two at their full share average 1/3 of their bound (|U1 + U2| for U uniform on [-1, 1]
+# averages 2/3); more, or smaller ones, average less: the table's limit. A subnormal result rounds to an
+# absolute quantum against a floor of (1/2 + roundings) quanta, up to 1/2 (SUBNORMAL_RESIDUAL), and the
+# limit rises with their share. A mean of n such ratios, each in [0, 1], strays above its expectation by
+# 6 standard errors, 3/sqrt(n), with a chance under 1e-7 (Hoeffding); and never beyond 1, where every
+# element errs its most.
 RESIDUAL_SIGMAS = 6
+SUBNORMAL_RESIDUAL = 0.5
 
 
 def _residual_limit(m: Metrics, limit: Limit) -> Limit:
     samples = m.independent(m.finite)
+    judged = m.normal_count + m.small_count
+    expected = limit.error + (m.small_count / judged if judged else 0.0) * max(SUBNORMAL_RESIDUAL - limit.error, 0.0)
     chance = RESIDUAL_SIGMAS * 0.5 / math.sqrt(samples) if samples else math.inf
-    return _at_least(limit, min(max(limit.error, 1.0), limit.error + chance))
+    return _at_least(limit, min(max(expected, 1.0), expected + chance))
 
 
 def fair_order_rmse(m: Metrics) -> float:
