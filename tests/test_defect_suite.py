@@ -31,7 +31,7 @@ def _id(cell: Cell) -> str:
 
 def _fair_cases():
     for cell in CELLS:
-        for impl in cell.op.fair:
+        for impl in cell.fair_kernels():
             for mode in MODES:
                 known = PEER_FALSE_ALARMS.get((cell.op.name, str(cell.dtype)[6:], impl)) if mode == "peer" else None
                 marks = [pytest.mark.xfail(strict=True, reason=f"issue 12: {known}")] if known else []
@@ -67,8 +67,11 @@ def test_a_defect_is_planted_in_torchs_own_kernel_and_changes_it():
 # - errors that move together within a row or channel (a prefix sum's run, a shared factor, a batch
 #   norm's rounded statistics), so a small common lean is not beyond chance;
 # - a sign pattern with no bias in magnitude (gelu's erf against erfc);
-# - a vectorized erf that errs a few ulp near -1 (torch's float32 gelu in the left tail).
+# - a vectorized erf that errs a few ulp near -1 (torch's float32 gelu in the left tail);
+# - terms that vanish whole in a sequential sum, which lean every row one way (a float32 softmax over
+#   wide scores loses the terms under u of its sum: 10 u in every row, 5.9x torch's RMSE).
 FORMER_PEER_FALSE_ALARMS = [
+    ("Torch.softmax", torch.float32, "wide", "sequential_f32"),
     ("Torch.sum", torch.float32, "long", "sequential_f32"),
     ("Torch.cumsum", torch.float32, "long", "blocked64"),
     ("Torch.softmax", torch.float32, "near_uniform", "torch"),

@@ -85,7 +85,7 @@ def compute_metrics_each(
     rows = [row_statistics(flat, flat_g, first.shape, term_norm, sensitivity, fmt, acc, golden_rms, alike, work)
             for flat in flats]
     return [replace(m, mean_residual_ratio=row.residual, max_residual_ratio=row.max_residual,
-                    row_order_ratio=row.order_ratio,
+                    row_order_ratio=row.order_ratio, row_order_lean=row.order_lean,
                     error_balance_noise=row.balance_noise,
                     rounding_bias_noise=row.lean_noise)
             for m, row in zip(combined, rows)]

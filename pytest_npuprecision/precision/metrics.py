@@ -191,6 +191,10 @@ class Metrics:
     # float64: the RMS of the rows' common errors over the most a fair order of each row's sum errs
     # (row_statistics.RowSums); None elsewhere.
     row_order_ratio: float | None = None
+    # With that ceiling: the mean lean, over each element's bound, that the row statistic's terms under
+    # u of its sum explain, all lost in a fair order that adds them last (a softmax over wide scores);
+    # 0 elsewhere. A lean that small is a fair order's, not a bias (standards._unbiased).
+    row_order_lean: float = 0.0
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.
     error_balance_noise: float | None = None

@@ -91,6 +91,7 @@ class _Rows:
     residual: float
     max_residual: float
     order_ratio: float | None  # RowSums.ratio, where the rows' statistic has a fair-order ceiling
+    order_lean: float  # the mean lean, over the full bound, that its terms vanishing in a fair order explain
     balance_noise: float
     lean_noise: float | None
 
@@ -125,7 +126,7 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     residual_scale = (acc.roundings + RESIDUAL_ROUNDINGS) * fmt.unit_roundoff
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
-    total, count, worst = 0.0, 0, 0.0
+    total, count, worst, leaning = 0.0, 0, 0.0, 0.0
     sums = RowSums(fmt, acc.roundings + RESIDUAL_ROUNDINGS) \
         if acc.row_sum is not None and fmt.accumulator.unit_roundoff == fmt.unit_roundoff else None
     offset_size = flat_term_norm(acc.row_offset_size, shape, device, work)
@@ -140,12 +141,15 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         p, q = torch.where(finite, p, 0), torch.where(finite, q, 0)
         alpha, c = _fit_two(error, p, q)
         fit = alpha * p + c * q
-        if sums is not None:
-            sums.add(acc.row_sum, error, g, p, q, finite,
-                     None if offset_size is None else offset_size[part].reshape(g.shape))
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
         abs_g = torch.where(finite, g.abs(), 0)
+        if sums is not None:
+            lean = sums.add(acc.row_sum, error, g, p, q, finite,
+                            None if offset_size is None else offset_size[part].reshape(g.shape))
+            full = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work, acc.input_share(fmt),
+                               acc.roundings)
+            leaning += float(torch.where(finite, lean / full, 0).sum())
         bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
         ratios = torch.where(finite, (error - fit).abs(), 0) / bound
         total += float(ratios.sum())
@@ -167,7 +171,8 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     residual = total / count if count else 0.0
     independent = rows if alike_rows is None else alike_rows.independent(rows)
     order = None if sums is None else sums.ratio(independent)
-    return _Rows(residual, worst, order, float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
+    return _Rows(residual, worst, order, leaning / count if count else 0.0,
+                 float(balances.std() / math.sqrt(rows)) if rows >= 2 else 1 / 3,
                  _clustered_noise(leans, alike_rows) if once else None)
 
 
@@ -208,14 +213,16 @@ class RowSums:
         self.per_element = per_element
         self.parts: dict[str, list[float]] = {}  # per coefficient: common², chance², vanished², rows
 
-    def add(self, kind: str, error, g, p, q, finite, offset_size=None) -> None:
+    def add(self, kind: str, error, g, p, q, finite, offset_size=None) -> torch.Tensor:
+        """Tallies the rows' common errors and ceilings; returns, per element, how far the terms that
+        vanish whole in a fair order may move it, all one way (a sum of many terms far under its
+        largest loses them: a sequential float32 softmax over wide scores leans 10 u in every row)."""
         g = torch.where(finite, g, 0)  # log_softmax's -inf, where the input has one
         ok = finite & (p != 0)
         normalized = torch.where(ok, q / torch.where(ok, p, 1), 0)  # a norm's (x - mean) / spread
         if kind == "centred":
             r = torch.where(finite, offset_size, 0).sum(-1) / finite.sum(-1).clamp(min=1)
-            self._centred(error, g, p, q, normalized, finite, r)
-            return
+            return self._centred(error, g, p, q, normalized, finite, r)
         if kind == "probabilities":
             terms, regressor, half = g.clamp(min=0), q, 1.0
         elif kind == "log_probabilities":
@@ -227,10 +234,12 @@ class RowSums:
         size = 1.0 if offset_size is None else torch.where(finite, offset_size, 0).amax(-1).clamp(min=1)
         common, carried = _coefficient(regressor, error, g)
         relative = sequential / total.square().clamp(min=torch.finfo(g.dtype).tiny)
-        variance = half**2 * relative + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * size**2 + self.per_element * carried)
+        variance = half**2 * relative \
+            + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * size**2 + self.per_element * carried)
         self._tally("factor", common, variance, vanished * half, usable)
+        return (vanished * half)[:, None] * regressor.abs()
 
-    def _centred(self, error, g, p, q, normalized, finite, r) -> None:
+    def _centred(self, error, g, p, q, normalized, finite, r) -> torch.Tensor:
         """A centring norm: the mean's error offsets the row (along the weight p), the variance's scales
         it (along q), as a one-pass variance of values r spreads from zero errs, in spread units."""
         count = finite.sum(-1).clamp(min=1).to(g.dtype)
@@ -239,7 +248,8 @@ class RowSums:
         squares, square_sum, vanished, usable = self._sum(values.square(), finite)
         mean = mean_sum / count.square()  # (mean's error / spread)², per u²
         mean_square = square_sum / count.square()  # (E[x²]'s error / spread²)², per u²
-        variance = (mean_square.sqrt() + 2 * r.abs() * mean.sqrt()).square()             + ONE_ROUNDING_RMS**2 * FACTOR_ROUNDINGS * (1 + r.square()).square()
+        variance = (mean_square.sqrt() + 2 * r.abs() * mean.sqrt()).square() \
+            + ONE_ROUNDING_RMS**2 * FACTOR_ROUNDINGS * (1 + r.square()).square()
         offset, offset_carried = _coefficient(p, error, g)
         scale, scale_carried = _coefficient(q, error, g)
         # A kernel may fold the norm into x·a + (bias - mean·a), a = weight / spread: that shift's
@@ -249,8 +259,10 @@ class RowSums:
         self._tally("offset", offset, mean + ONE_ROUNDING_RMS**2 * (FACTOR_ROUNDINGS * shift.square()
                                                                     + self.per_element * offset_carried),
                     torch.zeros_like(r), usable)
-        self._tally("scale", scale, variance / 4 + ONE_ROUNDING_RMS**2 * self.per_element * scale_carried,
-                    vanished * squares / count / 2, usable)
+        lost = vanished * squares / count / 2  # through the rsqrt, relative to the variance
+        self._tally("scale", scale, variance / 4 + ONE_ROUNDING_RMS**2 * self.per_element * scale_carried, lost,
+                    usable)
+        return lost[:, None] * q.abs()
 
     def _sum(self, terms, finite):
         """Per row: the terms' sum, its sequential error's variance per u² (the bridge), the total of

@@ -143,10 +143,11 @@ def _bias_limit(m: Metrics, limit: Limit, spread: float) -> Limit:
 
 
 def _unbiased(m: Metrics) -> bool:
-    """No offset or scaling beyond chance: reordering a sum changes its noise, not its centre. A few
-    elements (a scalar loss, 16 row sums) leave chance wide: one fair order's error may then be many
+    """No offset or scaling beyond chance, or beyond what the row statistic's terms that vanish whole
+    explain (Metrics.row_order_lean): otherwise reordering a sum changes its noise, not its centre. A
+    few elements (a scalar loss, 16 row sums) leave chance wide: one fair order's error may then be many
     times another's, and nothing tells a bias from it."""
-    return max(abs(m.bound_bias), abs(m.magnitude_bound_bias)) <= _chance(m, grouped=True)
+    return max(abs(m.bound_bias), abs(m.magnitude_bound_bias)) <= _chance(m, grouped=True) + m.row_order_lean
 
 
 def _within_floors(m) -> bool:
@@ -316,7 +317,8 @@ SUBNORMAL_RESIDUAL = 0.5
 def _residual_limit(m: Metrics, limit: Limit) -> Limit:
     samples = m.independent(m.finite)
     judged = m.normal_count + m.small_count
-    expected = limit.error + (m.small_count / judged if judged else 0.0) * max(SUBNORMAL_RESIDUAL - limit.error, 0.0)
+    subnormal = m.small_count / judged if judged else 0.0
+    expected = limit.error + subnormal * max(SUBNORMAL_RESIDUAL - limit.error, 0.0)
     chance = RESIDUAL_SIGMAS * 0.5 / math.sqrt(samples) if samples else math.inf
     return _at_least(limit, min(max(expected, 1.0), expected + chance))
 
