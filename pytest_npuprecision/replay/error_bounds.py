@@ -12,7 +12,9 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..bounds.accumulation import ACCUMULATION_RULES, PLAIN_SUMS, exactly_rounded, rounded_once, rounded_once_in_half
+from ..bounds.accumulation import (
+    ACCUMULATION_RULES, PLAIN_SUMS, exactly_rounded, rounded_once, rounded_once_in_half,
+)
 from ..bounds.accumulation_rule import AccumulationRule
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
