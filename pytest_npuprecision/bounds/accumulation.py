@@ -42,7 +42,7 @@ def _centring(op: str) -> AccumulationRule:
 def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
             arguments: tuple[str, ...]) -> AccumulationRule:
     """torch.native_batch_norm, native_group_norm and native_layer_norm: the norm's rule, its arguments
-    read in the order ``order`` puts them back to, and a term norm for the saved mean they also return.
+    read in the order ``order`` puts them back to, and term norms for the saved mean and invstd they also return.
     Without it their sums over the statistics were judged as one rounding each."""
     rule = _centring(op)
     return replace(rule, length=lambda a, k: rule.length(order(a), k),
@@ -50,8 +50,15 @@ def _native(op: str, order: Callable[[Sequence[Any]], Sequence[Any]],
                    grad_term_norms=lambda a, k, g: rule.grad_term_norms(order(a), k, g),
                    shared_affine=lambda a, k: rule.shared_affine(order(a), k),
                    row_offset_size=lambda a, k: rule.row_offset_size(order(a), k),
-                   output_norms=lambda a, k, name, shape: norm_terms.mean_terms(op, order(a), k)
-                   if name == "output.1" else None, arguments=arguments)
+                   output_norms=lambda a, k, name, shape: _saved_statistic(op, name, order(a), k),
+                   arguments=arguments)
+
+
+def _saved_statistic(op: str, name: str, args, kwargs) -> torch.Tensor | None:
+    """A native norm's saved mean (output.1) and invstd (output.2), each with the terms it sums."""
+    if name == "output.1":
+        return norm_terms.mean_terms(op, args, kwargs)
+    return norm_terms.invstd_terms(op, args, kwargs) if name == "output.2" else None
 
 
 # native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps);
