@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.common.torch_compat import optional
+from pytest_npuprecision.common.torch_compat import nextafter, optional
 
 Call = tuple[tuple, dict]  # (args, kwargs), float32 masters before the cast
 Kernel = Callable[..., torch.Tensor]
@@ -99,7 +99,7 @@ def toward_zero(wide: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``wide`` rounded to ``dtype`` toward zero instead of to nearest."""
     nearest = wide.to(dtype)
     away = nearest.double().abs() > wide.double().abs()
-    return torch.where(away, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+    return torch.where(away, nextafter(nearest, torch.zeros_like(nearest)), nearest)
 
 
 def _added(total: torch.Tensor, term: torch.Tensor) -> torch.Tensor:

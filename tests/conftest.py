@@ -29,20 +29,12 @@ import pytest  # noqa: E402
 from pytest_npuprecision.common import torch_compat  # noqa: E402
 
 
-def _lacking(exc: BaseException) -> str | None:
-    if isinstance(exc, AttributeError):
-        module = getattr(exc.obj, "__name__", "") if exc.obj is not None else ""
-        return torch_compat.newer_op(f"{module}.{exc.name}") if module.startswith("torch") else None
-    gap = torch_compat.kernel_gap(exc)
-    return None if gap is None else f"torch {torch.__version__} has no {gap[1]} kernel \"{gap[0]}\""
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     try:
         return (yield)
     except (RuntimeError, NotImplementedError, AttributeError) as exc:
-        lacking = _lacking(exc)
+        lacking = torch_compat.lacking(exc)
         if lacking is None:
             raise
         pytest.skip(f"[no-kernel] this torch cannot run the test: {lacking}")

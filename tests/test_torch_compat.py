@@ -148,6 +148,20 @@ def test_an_op_of_a_later_torch_says_which(monkeypatch):
     assert torch_compat.newer_op("Functional.rms_norm") is None
 
 
+def test_what_this_torch_lacks_is_told_from_other_errors(monkeypatch):
+    """torch_compat.lacking: what the tests' skips and the defect suite's skipped cells say."""
+    assert torch_compat.lacking(RuntimeError("\"cumsum_out_cpu\" not implemented for 'Half'")) == \
+        f"torch {torch.__version__} has no Half kernel \"cumsum_out_cpu\""
+    assert torch_compat.lacking(RuntimeError("shapes differ")) is None
+    monkeypatch.setattr(torch_compat, "TORCH", (2, 1))
+    stand_in = torch_compat.optional(SimpleNamespace(__name__="torch.nn.functional"), "rms_norm")
+    with pytest.raises(AttributeError) as raised:
+        stand_in(torch.ones(2), (2,))
+    assert torch_compat.lacking(raised.value) == \
+        f"torch.nn.functional.rms_norm came in torch 2.4; this is torch {torch.__version__}"
+    assert torch_compat.lacking(AttributeError("no attribute 'rms_nrom'")) is None  # not torch's
+
+
 def test_an_old_torch_is_a_usage_error_at_start_up(pytester, monkeypatch):
     monkeypatch.setattr(torch_compat, "TORCH", (2, 0))
     result = pytester.runpytest("--npu-precision", str(FIXTURES / "mlp_tensor"), "-p", "no:cacheprovider")

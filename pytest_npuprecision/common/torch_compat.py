@@ -235,3 +235,13 @@ def newer_op(api_name: str) -> str | None:
     if added is None or TORCH >= added:
         return None
     return f"{api_name} came in torch {added[0]}.{added[1]}; this is torch {torch.__version__}"
+
+
+def lacking(exc: BaseException) -> str | None:
+    """What this torch lacks, where ``exc`` says it: a function that came in a later torch (the
+    AttributeError optional's stand-in raises), or a kernel not built for a dtype; None for any other error."""
+    if isinstance(exc, AttributeError):
+        module = getattr(exc.obj, "__name__", "") if exc.obj is not None else ""
+        return newer_op(f"{module}.{exc.name}") if module.startswith("torch") else None
+    gap = kernel_gap(exc)
+    return None if gap is None else f"torch {torch.__version__} has no {gap[1]} kernel \"{gap[0]}\""
