@@ -264,3 +264,12 @@ def test_a_sequential_softmax_over_wide_scores_leans_as_a_fair_order_may():
                     baseline=fair)
     assert verdict.metrics.row_order_lean < 1e-6
     assert verdict.status is Status.ERROR, render_message(verdict)
+
+
+def test_centred_rows_without_their_offset_are_read_as_centred():
+    """An Accumulation a user builds for a centring norm may name its rows' sums without the values'
+    offset from zero: the ceiling then takes them as centred (r = 0) rather than failing to run."""
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2))
+    verdict = judge(F.layer_norm(x, (64,)), F.layer_norm(x.double(), (64,)),
+                    accumulation=Accumulation(64, shared=True, row_sum="centred"))
+    assert verdict.status is Status.PASS and verdict.metrics.row_order_ratio is not None, render_message(verdict)

@@ -220,8 +220,9 @@ class RowSums:
         g = torch.where(finite, g, 0)  # log_softmax's -inf, where the input has one
         ok = finite & (p != 0)
         normalized = torch.where(ok, q / torch.where(ok, p, 1), 0)  # a norm's (x - mean) / spread
-        if kind == "centred":
-            r = torch.where(finite, offset_size, 0).sum(-1) / finite.sum(-1).clamp(min=1)
+        if kind == "centred":  # the values' offset from zero in spreads; unknown, taken as centred
+            r = torch.zeros(g.shape[0], dtype=g.dtype, device=g.device) if offset_size is None \
+                else torch.where(finite, offset_size, 0).sum(-1) / finite.sum(-1).clamp(min=1)
             return self._centred(error, g, p, q, normalized, finite, r)
         if kind == "probabilities":
             terms, regressor, half = g.clamp(min=0), q, 1.0
