@@ -51,9 +51,13 @@ class _Centred:
     def normalized(self) -> torch.Tensor:
         return (self.x - self.mean) * self.invstd
 
+    def grouped(self, t: torch.Tensor) -> torch.Tensor:
+        """An input-shaped tensor viewed so that ``dims`` run over each statistic's values."""
+        return t.reshape(t.shape[0], self.groups, -1) if self.groups else t
+
     def reduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         """The mean over the statistics' dims, expanded back to the input's shape."""
-        view = t.reshape(t.shape[0], self.groups, -1) if self.groups else t
+        view = self.grouped(t)
         return view.mean(dim=self.dims, keepdim=True).expand(view.shape).reshape(t.shape)
 
 
@@ -149,7 +153,7 @@ def mean_terms(op: str, args, kwargs) -> torch.Tensor:
     """Per statistic, flat in its order: the L2 norm of the terms x / n its mean sums. A mean near zero
     still errs with the values it averages, as any sum does."""
     c = _READERS[op](args, kwargs)
-    return _mean_norm(c.x.reshape(c.x.shape[0], c.groups, -1) if c.groups else c.x, c.dims)
+    return _mean_norm(c.grouped(c.x), c.dims)
 
 
 def invstd_terms(op: str, args, kwargs) -> torch.Tensor | None:
@@ -161,12 +165,9 @@ def invstd_terms(op: str, args, kwargs) -> torch.Tensor | None:
     c = _READERS[op](args, kwargs)
     if not c.batch_stats:
         return None
-    grouped = (lambda t: t.reshape(t.shape[0], c.groups, -1)) if c.groups else (lambda t: t)
-    count = math.prod(grouped(c.x).shape[d] for d in c.dims)
-    terms = (c.x - c.mean).abs() * 2 * (c.x.abs() + c.spread) / max(count, 1)
-    norm = grouped(terms).square().sum(dim=c.dims).sqrt().reshape(-1)
-    invstd = grouped(c.invstd).amax(dim=c.dims).reshape(-1)  # one value per statistic
-    return 0.5 * invstd.pow(3) * norm
+    terms = (c.x - c.mean).abs() * 2 * (c.x.abs() + c.spread)  # var's, over N: a mean's
+    invstd = c.grouped(c.invstd).amax(dim=c.dims).reshape(-1)  # one value per statistic
+    return 0.5 * invstd.pow(3) * _mean_norm(c.grouped(terms), c.dims)
 
 
 def _mean_norm(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:

@@ -147,9 +147,10 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         if sums is not None:
             lean = sums.add(acc.row_sum, error, g, p, q, finite,
                             None if offset_size is None else offset_size[part].reshape(g.shape))
-            full = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work, acc.input_share(fmt),
-                               acc.roundings)
-            leaning += float(torch.where(finite, lean / full, 0).sum())
+            if bool(lean.any()):  # most rows lose no term whole: no full bound to compute for them
+                full = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work,
+                                   acc.input_share(fmt), acc.roundings)
+                leaning += float(torch.where(finite, lean / full, 0).sum())
         bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
         ratios = torch.where(finite, (error - fit).abs(), 0) / bound
         total += float(ratios.sum())
@@ -218,18 +219,16 @@ class RowSums:
         vanish whole in a fair order may move it, all one way (a sum of many terms far under its
         largest loses them: a sequential float32 softmax over wide scores leans 10 u in every row)."""
         g = torch.where(finite, g, 0)  # log_softmax's -inf, where the input has one
-        ok = finite & (p != 0)
-        normalized = torch.where(ok, q / torch.where(ok, p, 1), 0)  # a norm's (x - mean) / spread
         if kind == "centred":  # the values' offset from zero in spreads; unknown, taken as centred
             r = torch.zeros(g.shape[0], dtype=g.dtype, device=g.device) if offset_size is None \
                 else torch.where(finite, offset_size, 0).sum(-1) / finite.sum(-1).clamp(min=1)
-            return self._centred(error, g, p, q, normalized, finite, r)
+            return self._centred(error, g, p, q, _normalized(p, q, finite), finite, r)
         if kind == "probabilities":
             terms, regressor, half = g.clamp(min=0), q, 1.0
         elif kind == "log_probabilities":
             terms, regressor, half = torch.exp(g), p, 1.0
         else:  # squares of the normalized values
-            terms, regressor, half = normalized.square(), q, 0.5
+            terms, regressor, half = _normalized(p, q, finite).square(), q, 0.5
         total, sequential, vanished, usable = self._sum(terms, finite)
         # the factor's roundings: relative ones, or for an offset, u of what it subtracts
         size = 1.0 if offset_size is None else torch.where(finite, offset_size, 0).amax(-1).clamp(min=1)
@@ -296,6 +295,12 @@ class RowSums:
                 ceiling = order_widening(independent) * math.sqrt(chance / rows) + math.sqrt(vanished / rows)
                 ratios.append(math.sqrt(common / rows) / ceiling if ceiling > 0 else math.inf)
         return max(ratios, default=None)
+
+
+def _normalized(p, q, finite):
+    """A norm's (x - mean) / spread per element: its output less the bias, over the weight."""
+    ok = finite & (p != 0)
+    return torch.where(ok, q / torch.where(ok, p, 1), 0)
 
 
 def _coefficient(regressor, error, g):
