@@ -122,8 +122,9 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
         try:
             size = rule.row_offset_size(_rule_args(op, args), kwargs).to(golden.device)
             accumulation = replace(accumulation, row_offset_size=size)
-        except Exception as exc:  # then no ceiling: the offset's own rounding is unknown
-            notes.append(f"log-sum-exp of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
+        except Exception as exc:  # then no ceiling: what the rows subtract (log-sum-exp, mean) is unknown
+            notes.append(f"row offsets of {op.api_name} (its log-sum-exp or mean) unavailable "
+                         f"({type(exc).__name__}: {exc})")
             accumulation = replace(accumulation, row_sum=None)
     if rule is not None and rule.sensitivity is not None:
         try:
