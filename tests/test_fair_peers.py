@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from benchmarks.defect_kernels import OPS
 from benchmarks.defect_suite import Cell, outputs
-from pytest_npuprecision import Status, judge, render_message
+from pytest_npuprecision import Accumulation, Status, judge, render_message
 
 GEN = torch.Generator().manual_seed(3)
 
@@ -182,3 +182,21 @@ def test_a_softmax_s_rows_leaning_to_their_factor_s_side_are_noise_and_truncatio
     truncated = next(o.actual for o in outputs(half) if o.impl == "round_toward_zero")
     verdict = judge(truncated, half.golden, op=half.op.name, inputs=(args, kwargs), baseline=fair["torch"])
     assert _status(verdict, "error_balance_ratio") is Status.ERROR, render_message(verdict)
+
+
+def test_one_small_value_is_no_evidence_against_a_peer_and_many_are():
+    """A share of one small value is 0 or 1: torch's float16 conv2d on an AVX2 CPU errs 1.5 subnormal
+    quanta at its one subnormal result where a peer errs none, a ratio of 2048 by the dtype's floor.
+    Past one element's share the ratio counts again: every small value off fails."""
+    golden = torch.cat([torch.full((999,), 0.5, dtype=torch.float64), torch.tensor([2.0955e-05])])
+    fair = golden.half()
+    peer = fair.clone()
+    fair[-1] = torch.tensor(2.0862e-05).half()  # 1.5 quanta off, within its bound of a sum
+    acc = Accumulation(64, golden.abs() * 8)
+    verdict = judge(fair, golden, op="conv2d", baseline=peer, accumulation=acc)
+    assert _status(verdict, "small_value_err_ratio") is Status.PASS, render_message(verdict)
+    golden = torch.linspace(1e-6, 5e-5, 1000, dtype=torch.float64)
+    peer = golden.half()
+    shifted = (golden * 1.02).half()  # every small value 2 % off: 40 quanta at the top
+    verdict = judge(shifted, golden, op="conv2d", baseline=peer, accumulation=Accumulation(64, golden.abs() * 8))
+    assert _status(verdict, "small_value_err_ratio") is not Status.PASS, render_message(verdict)

@@ -165,7 +165,8 @@ class Benchmark(Standard):
     """The device's error against the golden, divided by the baseline's error against the golden.
 
     Floors keep a perfect baseline from dividing by zero: RMSE uses the dtype's floor times the
-    golden's RMS (so it follows the data's scale), the small-value ratio the dtype's floor, the
+    golden's RMS (so it follows the data's scale), the small-value ratio the dtype's floor or one
+    small element's share, whichever is larger (a share of one small value is 0 or 1), the
     scaled ratios SCALED_FLOORS, and error balance 0.1 or the sampling noise of a fair coin over
     the finite elements, whichever is larger: a 55:45 split of error signs is not a bias worth
     failing for. msprobe's relative errors stay in the metrics, for familiarity.
@@ -182,7 +183,9 @@ class Benchmark(Standard):
         if m.error_balance_noise is not None:  # rows of a shared factor: the rows are the samples
             noise = max(noise, 3 * m.error_balance_noise)
         pairs = {
-            "small_value_err_ratio": (m.small_value_err_ratio, baseline.small_value_err_ratio, floor),
+            # A share of n small values moves by 1/n per element: one element is no evidence.
+            "small_value_err_ratio": (m.small_value_err_ratio, baseline.small_value_err_ratio,
+                                      max(floor, 1 / m.small_count if m.small_count else 0.0)),
             "rmse_ratio": (m.rmse, baseline.rmse, floor * m.golden_rms),
             "max_scaled_err_ratio": (m.max_bound_ratio, baseline.max_bound_ratio, 0.0),
             "mean_scaled_err_ratio": (m.mean_bound_ratio, baseline.mean_bound_ratio, 0.0),
