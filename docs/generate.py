@@ -3,9 +3,10 @@
     python docs/generate.py           # rewrite the pages
     python docs/generate.py --check   # exit 1, naming the stale pages, when a committed page differs
 
-Sources: pytest_npuprecision/data/thresholds.yaml (limits), pytest_npuprecision/data/ops.yaml (which
-standard judges which op) and pytest_npuprecision.ops.fused.FUSED_OPS (the Ascend fused-op references,
-with the standard the tables give each).
+Sources: pytest_npuprecision/data/thresholds.yaml (limits), the op catalogue (pytest_npuprecision.ops.catalogue:
+every op's standard, reduction, roundings, reference and traits, joined from data/ops.yaml, the bounds'
+accumulation rules and the fused references) and pytest_npuprecision.ops.fused.FUSED_OPS (the Ascend
+fused-op references, with the standard the tables give each).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's package, whichever one is installed
 
+from pytest_npuprecision.ops.catalogue import OpRecord, catalogue  # noqa: E402
 from pytest_npuprecision.ops.fused import FUSED_OPS  # noqa: E402
 from pytest_npuprecision.precision.rules import Rules, parse_op_name  # noqa: E402
 
@@ -87,26 +89,59 @@ def thresholds_page() -> str:
     return "".join(parts)
 
 
+def reduction(record: OpRecord) -> str:
+    """What a record says its op sums, in words: its length's reader, and where its term norms come from."""
+    rule = record.accumulation
+    if rule is None:
+        return "—"
+    qualified = getattr(rule.length, "__qualname__", "")  # a closure says its maker: pooling_window.<locals>.length
+    length = qualified.split(".<locals>")[0] if "<lambda>" not in qualified.split(".")[-1] else ""
+    said = ["elementwise" if not rule.reduces else f"`{length}`" if length else "from its arguments"]
+    if rule.squared:
+        said.append("term norms: the op on squared inputs")
+    elif rule.term_norm is not None or rule.output_norms is not None:
+        said.append("term norms of its own")
+    if rule.shared:
+        said.append("rows share a factor")
+    if rule.backward_length is not None:
+        said.append("its own backward length")
+    return "; ".join(said)
+
+
+def traits(record: OpRecord) -> str:
+    found = [trait.replace("_", " ") for trait in ("plain_sum", "rounded_once", "rounded_once_in_half",
+                                                   "exactly_rounded", "matrix_algorithm", "normwise",
+                                                   "dtype_grid_golden") if getattr(record, trait)]
+    return ", ".join(found) or "—"
+
+
 def ops_page() -> str:
     data = yaml.safe_load((DATA / "ops.yaml").read_text(encoding="utf-8"))
-    parts = [HEADER.format(source="pytest_npuprecision/data/ops.yaml"), "# Op table\n\n",
-             "Which [standard](../standards.md) judges which op when no baseline is given, as "
-             "`pytest_npuprecision/data/ops.yaml` holds it. Names are msprobe's after the prefix "
-             "(`Functional.gelu` → `gelu`); dunders and in-place variants are folded (`Tensor.__iadd__`, "
-             "`Tensor.add_` → `add`). Ops not listed use `error_bound` for float outputs; integer and bool "
-             "outputs are always `binary`. With a baseline, every float op that is not binary is judged by "
-             "the benchmark ratios at its level, beside its own standard.\n\n## Standards by op\n\n",
-             table(["standard", "ops"], [[f"[`{s}`](../standards.md#{s.replace('_', '-')})", cell(sorted(ops))]
-                                         for s, ops in data["standards"].items()]),
-             "\n## Benchmark levels\n\nmsprobe's API levels; unlisted ops are L0.\n\n",
-             table(["level", "ops"], [[f"`{level}`", cell(sorted(ops))] for level, ops in data["levels"].items()]),
+    records = catalogue()
+    rows = [[f'<a id="{r.name.lower()}"></a>`{r.name}`',
+             f"[`{r.standard}`](../standards.md#{r.standard.replace('_', '-')})" if r.standard else "—",
+             r.table.backward or "—", r.table.level, str(r.roundings), reduction(r),
+             r.math_family or "—", traits(r),
+             f"`{r.reference.signature.split('(')[0]}`" if r.reference else "—",
+             cell(r.reference.unsupported) if r.reference and r.reference.unsupported else "—"] for r in records]
+    parts = [HEADER.format(source="the op catalogue, pytest_npuprecision.ops.catalogue"), "# Op catalogue\n\n",
+             f"Everything the harness knows about each of its {len(records)} ops, one row per record of "
+             "`pytest_npuprecision.ops.catalogue`, which joins the op table (`pytest_npuprecision/data/ops.yaml`: "
+             "standard, level, roundings), the accumulation rules (`pytest_npuprecision/bounds/accumulation.py`), "
+             "the torch_npu references (`pytest_npuprecision/ops/fused/`) and its own traits, and refuses tables "
+             "that contradict each other. Names are msprobe's after the prefix (`Functional.gelu` → `gelu`); "
+             "dunders and in-place variants are folded (`Tensor.__iadd__`, `Tensor.add_` → `add`). An op with "
+             "no standard uses `error_bound` for float outputs; integer and bool outputs are always `binary`. "
+             "With a baseline, every float op that is not binary is judged by the benchmark ratios at its "
+             "level, beside its own standard. An op with no reduction is judged as one rounding per element "
+             "(K = 1); traits are [docs/standards.md](../standards.md)'s.\n\n",
+             table(["op", "standard", "backward", "level", "roundings", "reduction", "float32 family", "traits",
+                    "torch_npu reference", "not supported, and why"], rows),
              f"\n## Backward cases\n\nEvery backward case allows {data['backward_roundings']} intermediate "
              "roundings in the output dtype: a gradient is a chain of ops, each free to round.\n",
-             "\n## Goldens on the dtype's grid (`dtype_grid_golden`)\n\n"
-             f"{cell(sorted(data.get('dtype_grid_golden') or []))}: defined on the grid of their inputs' dtype, "
-             "so their golden runs on the CPU in that dtype, where it is exact.\n",
              "\n## Per-op overrides\n\n",
-             "The same shape a `--npu-precision-rules` file takes under `ops:`.\n\n",
+             "The shipped op table's per-op rows: the same shape a `--npu-precision-rules` file takes under "
+             "`ops:`.\n\n",
              table(["op", "override"], [[f"`{op}`", f"`{inline_yaml(rule)}`"] for op, rule in data["ops"].items()])]
     return "".join(parts)
 

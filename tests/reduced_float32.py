@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from pytest_npuprecision import Backend, BackendInfo
-from pytest_npuprecision.common.math_modes import Float32Modes, MathMode, family_of, round_mantissa
+from pytest_npuprecision.common.math_modes import Float32Modes, MathMode, round_mantissa
+from pytest_npuprecision.ops.catalogue import op_record
 from pytest_npuprecision.ops.resolution import base_name
 
 
@@ -35,7 +36,7 @@ class ReducedFloat32Cpu(Backend):
         return BackendInfo(self.name, "cpu", (("torch", torch.__version__),), (("float32", self.mode.name),))
 
     def _reduces(self, api: str) -> bool:
-        return not self.ieee_float32 and family_of(base_name(api)) in self.families
+        return not self.ieee_float32 and op_record(base_name(api)).math_family in self.families
 
     def _rounded(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:

@@ -144,13 +144,40 @@ def test_the_layers_contract_holds():
     assert ", 0 broken" in done.stdout and "BROKEN" not in done.stdout
 
 
-def test_an_upward_import_breaks_the_layers_contract(tmp_path):
+def _planted(tmp_path: Path, module: str, statement: str) -> subprocess.CompletedProcess:
+    """lint-imports on a copy of the package whose ``module`` (a path under it) makes one more import,
+    deferred inside a function as a careless fix would."""
     lint = _lint_imports()
     copy = tmp_path / PACKAGE.name
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
-    metrics = copy / "precision" / "metrics.py"
-    metrics.write_text(metrics.read_text(encoding="utf-8") + "\n\ndef _late():\n    from ..replay import runner\n")
+    target = copy / module
+    target.write_text(target.read_text(encoding="utf-8") + f"\n\ndef _late():\n    {statement}\n")
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    done = _run_lint(lint, tmp_path)
+    return _run_lint(lint, tmp_path)
+
+
+def test_an_upward_import_breaks_the_layers_contract(tmp_path):
+    done = _planted(tmp_path, "precision/metrics.py", "from ..replay import runner")
     assert done.returncode != 0
     assert "pytest_npuprecision.precision is not allowed to import pytest_npuprecision.replay" in done.stdout
+
+
+# One import at each of the code's real floors, which the layers alone allowed before issue 51.
+FLOORS = {
+    "dump -> precision": ("dump/locations.py", "from ..precision import metrics",
+                          "the floors: dump, bounds, backends and config import only common"),
+    # siblings on one floor: the layers contract keeps them apart
+    "backends -> dump": ("backends/base.py", "from ..dump import entries", "layers, top to bottom"),
+    "bounds -> precision": ("bounds/op_arguments.py", "from ..precision import metrics",
+                            "the floors: dump, bounds, backends and config import only common"),
+    "pytest in precision": ("precision/metrics.py", "import pytest", "pytest only in the pytest layer"),
+    "hypothesis in checks": ("checks/error_data.py", "import hypothesis", "hypothesis only in the op cases"),
+}
+
+
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_an_import_below_a_floor_breaks_its_contract(tmp_path, floor):
+    module, statement, contract = FLOORS[floor]
+    done = _planted(tmp_path, module, statement)
+    assert done.returncode != 0, done.stdout
+    assert contract in done.stdout.split("Broken contracts")[-1], done.stdout

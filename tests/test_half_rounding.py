@@ -1,5 +1,5 @@
 """The rounding gate for float16 and bfloat16 outputs of ops that fair kernels compute in float32
-(accumulation.ROUNDED_ONCE_IN_HALF): normalizations, softmax, gelu, attention. A kernel that casts
+(OpRecord.rounded_once_in_half): normalizations, softmax, gelu, attention. A kernel that casts
 its float32 result toward zero errs by at most one ulp, which every loose limit admits; the gate
 finds it. Where rows share a factor that a kernel may round in the half type, each row leans its
 own way, and the rows are the gate's samples."""
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from benchmarks.defect_kernels import toward_zero
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.bounds.accumulation import rounded_once_in_half
+from pytest_npuprecision.ops.catalogue import op_record
 from pytest_npuprecision.common.torch_compat import optional
 from pytest_npuprecision.precision.row_statistics import LEAN_ROWS
 
@@ -110,7 +110,7 @@ def test_a_float32_result_of_half_inputs_is_not_one_rounding():
 
 def test_which_calls_are_one_rounding_in_half():
     x = _x(4, 4)
-    assert rounded_once_in_half("gelu", (x.half(),), {})
-    assert rounded_once_in_half("layer_norm", (x.bfloat16(), (4,)), {})
-    assert not rounded_once_in_half("gelu", (x,), {})  # float32: several roundings of its own
-    assert not rounded_once_in_half("cumsum", (x.half(), 0), {})  # a half cumsum may round its running sum
+    assert op_record("gelu").is_rounded_once_in_half((x.half(),), {})
+    assert op_record("layer_norm").is_rounded_once_in_half((x.bfloat16(), (4,)), {})
+    assert not op_record("gelu").is_rounded_once_in_half((x,), {})  # float32: several roundings of its own
+    assert not op_record("cumsum").is_rounded_once_in_half((x.half(), 0), {})  # a half cumsum may round its running sum

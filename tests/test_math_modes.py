@@ -17,7 +17,8 @@ from pytest_npuprecision import Backend, check_call
 from pytest_npuprecision.backends import DumpedOutputs
 from pytest_npuprecision.backends.cuda import process_modes
 from pytest_npuprecision.backends.npu import hf32_modes, hf32_off
-from pytest_npuprecision.common.math_modes import IEEE, Float32Modes, declared_modes, family_of, round_mantissa
+from pytest_npuprecision.common.math_modes import IEEE, Float32Modes, declared_modes, round_mantissa
+from pytest_npuprecision.ops.catalogue import op_record
 from pytest_npuprecision.precision.verdict import Status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +91,8 @@ def test_half_outputs_and_other_ops_are_not_widened():
     a, b = torch.randn(16, 64, dtype=torch.float16), torch.randn(64, 8, dtype=torch.float16)
     verdict = check_call(torch.matmul, a, b, device=device)
     assert verdict.status is Status.PASS and not any("TF32" in n for _, v in verdict.outputs for n in v.notes)
-    assert family_of("add") is None and family_of("conv_transpose2d") == "conv" and family_of("lstm") == "rnn"
+    assert op_record("add").math_family is None and op_record("conv_transpose2d").math_family == "conv"
+    assert op_record("lstm").math_family == "rnn"
 
 
 def test_round_mantissa_rounds_to_nearest_ties_to_even_and_keeps_inf_and_nan():

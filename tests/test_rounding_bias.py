@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import Status, judge, render_message
-from pytest_npuprecision.bounds.accumulation import rounded_once
+from pytest_npuprecision.ops.catalogue import op_record
 from pytest_npuprecision.precision.metrics import Metrics
 from pytest_npuprecision.precision.standards import ROUNDING_BIAS
 
@@ -98,11 +98,11 @@ def test_a_kernel_with_the_wrong_rounding_mode_fails(name, dtype, rounding):
 
 def test_only_one_rounding_without_a_rounded_constant_is_judged_so():
     x = _x(8, 8)
-    assert rounded_once("mul", (x, x), {})
-    assert rounded_once("mul", (x, 0.5), {})  # exact in float32
-    assert not rounded_once("mul", (x, 0.1), {})  # every element times one rounded 0.1: a fair lean
-    assert not rounded_once("add", (x, x), {"alpha": 0.1})
-    assert not rounded_once("rms_norm", (x, (8,)), {})  # a rounded rsqrt shared by each row
+    assert op_record("mul").is_rounded_once((x, x), {})
+    assert op_record("mul").is_rounded_once((x, 0.5), {})  # exact in float32
+    assert not op_record("mul").is_rounded_once((x, 0.1), {})  # every element times one rounded 0.1: a fair lean
+    assert not op_record("add").is_rounded_once((x, x), {"alpha": 0.1})
+    assert not op_record("rms_norm").is_rounded_once((x, (8,)), {})  # a rounded rsqrt shared by each row
 
 
 def test_a_fair_float32_product_with_a_rounded_constant_is_not_judged_for_lean():

@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.defect_kernels import OPS, toward_zero
 from pytest_npuprecision import Status, input_spread, judge, render_message
-from pytest_npuprecision.bounds.accumulation import exactly_rounded
+from pytest_npuprecision.ops.catalogue import op_record
 from pytest_npuprecision.checks.one_call import _resolved
 from pytest_npuprecision.ops.resolution import resolve
 from pytest_npuprecision.replay.error_bounds import accumulation_for
@@ -102,9 +102,9 @@ def test_an_add_that_rounds_alpha_times_other_first_keeps_its_second_look():
     ((torch.ones(3).half(), torch.ones(3, dtype=torch.int32)), {}, False),
 ])
 def test_only_an_unscaled_add_of_float_tensors_its_result_holds_is_exactly_rounded(args, kwargs, exact):
-    assert exactly_rounded("add", args, kwargs) is exact
-    assert exactly_rounded("sub", args, kwargs) is exact
-    assert not exactly_rounded("mul", args, kwargs)
+    assert op_record("add").is_exactly_rounded(args, kwargs) is exact
+    assert op_record("sub").is_exactly_rounded(args, kwargs) is exact
+    assert not op_record("mul").is_exactly_rounded(args, kwargs)
 
 
 def _cancelling_rows(dtype):

@@ -20,9 +20,10 @@ from . import (
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
 from .reduction_lengths import (
-    CrossEntropy, Interpolation, batch_norm_length, class_count, classes_then_batch, contracted, cumsum_length,
-    first_input, fusion_attention_lengths, group_norm_length, grouped_matmul_length, loss_length,
-    multi_head_attention, over_last_dim, recurrent, reduced, softmax_length, trapezoid,
+    CrossEntropy, Interpolation, batch_norm_length, batched_contraction, bilinear_length, chained_length, class_count,
+    classes_then_batch, contracted, cumsum_length, einsum_length, first_input, fusion_attention_lengths,
+    group_norm_length, grouped_matmul_length, loss_length, multi_head_attention, over_last_dim, pooling_window,
+    product_terms, recurrent, reduced, softmax_length, trapezoid,
 )
 
 
@@ -85,6 +86,17 @@ _CONV = AccumulationRule(lambda a, k: argument(a, k, 1, "weight")[0].numel(), ad
 _CONV_TRANSPOSE = AccumulationRule(
     lambda a, k: argument(a, k, 1, "weight")[:, 0].numel() // max(int(argument(a, k, 6, "groups", default=1)), 1),
     added=(2, "bias"), squared=True)
+
+
+def _any_convolution(args, kwargs) -> int:
+    """torch.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    a convolution's or a transposed one's length, as its flag says."""
+    if argument(args, kwargs, 6, "transposed", default=False):
+        groups = max(int(argument(args, kwargs, 8, "groups", default=1)), 1)
+        return argument(args, kwargs, 1, "weight")[:, 0].numel() // groups
+    return argument(args, kwargs, 1, "weight")[0].numel()
+
+
 _SUM = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 1, "dim")), squared=True)
 _STAT = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 1, "dim")))
 def _statistic(op: str) -> AccumulationRule:
@@ -165,14 +177,26 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
        for name in ("pinv", "pinverse")},
     **{name: _loss(name) for name in _LOSSES},
     "matmul": _MATMUL, "mm": _MATMUL, "bmm": _MATMUL, "mv": _MATMUL, "dot": _MATMUL,
+    "addbmm": AccumulationRule(batched_contraction, added=(0, "input"), squared=True),
+    "einsum": AccumulationRule(einsum_length, squared=True),
+    "chain_matmul": AccumulationRule(chained_length, squared=True),
+    "bilinear": AccumulationRule(bilinear_length, added=(3, "bias"), squared=True),
     "addmm": AccumulationRule(lambda a, k: argument(a, k, 1, "mat1").shape[-1], added=(0, "input"), squared=True),
     "baddbmm": AccumulationRule(lambda a, k: argument(a, k, 1, "batch1").shape[-1], added=(0, "input"),
                                 squared=True),
     "linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"),
                                squared=True),
     "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV,
+    **{name: AccumulationRule(_any_convolution, added=(2, "bias"), squared=True)
+       for name in ("convolution", "_convolution")},
     "conv_transpose1d": _CONV_TRANSPOSE, "conv_transpose2d": _CONV_TRANSPOSE, "conv_transpose3d": _CONV_TRANSPOSE,
-    "sum": _SUM,
+    "sum": _SUM, "nansum": _SUM,
+    # Each partial product rounds relative to itself: |the product| is every output's scale.
+    "prod": AccumulationRule(_SUM.length, term_norm=product_terms(cumulative=False)),
+    "cumprod": AccumulationRule(cumsum_length, term_norm=product_terms(cumulative=True), correlated=True),
+    # Window means: linear in the input, each output a mean of its window.
+    **{f"{kind}avg_pool{d}d": AccumulationRule(pooling_window(d, adaptive=bool(kind)), squared=True, mean=True)
+       for kind in ("", "adaptive_") for d in (1, 2, 3)},
     "mean": AccumulationRule(_SUM.length, squared=True, mean=True),
     "cumsum": AccumulationRule(cumsum_length, squared=True, correlated=True),
     "trapezoid": trapezoid(cumulative=False), "trapz": trapezoid(cumulative=False),
@@ -197,7 +221,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     **{op: _statistic(op) for op in ("var", "std", "var_mean", "std_mean")},
     # A sum over the observations of centred products, over a normalization that may cancel
     # (bounds/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
-    "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)), roundings=1,
+    "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)),
                             term_norm=covariance_terms.forward_terms, grad_term_norms=covariance_terms.gradient_terms),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
     "softmax": _softmax("softmax"), "softmin": _softmax("softmin"), "log_softmax": _softmax("log_softmax"),
@@ -228,7 +252,6 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     # Scores sum over the head dim, the weighted values over the key length; backward also over queries.
     "scaled_dot_product_attention": AccumulationRule(
         lambda a, k: argument(a, k, 1, "key").shape[-2] + argument(a, k, 0, "query").shape[-1],
-        roundings=1,  # the probabilities are rounded to the input dtype before multiplying by V
         backward_length=lambda a, k: (argument(a, k, 0, "query").shape[-2] + argument(a, k, 1, "key").shape[-2]
                                       + argument(a, k, 0, "query").shape[-1]),
         grad_term_norms=attention_terms.gradient_terms,
@@ -252,72 +275,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     # As scaled_dot_product_attention: scores over D, weighted values over the keys (the longest
     # sequence for TND); backward also over the queries. The grad op's outputs are that backward.
     "npu_fusion_attention": AccumulationRule(
-        lambda a, k: sum(fusion_attention_lengths(a, k)[1:]), roundings=1,
+        lambda a, k: sum(fusion_attention_lengths(a, k)[1:]),
         backward_length=lambda a, k: sum(fusion_attention_lengths(a, k))),
-    "npu_fusion_attention_grad": AccumulationRule(lambda a, k: sum(fusion_attention_lengths(a, k, head_num_index=4)),
-                                                  roundings=1),
+    "npu_fusion_attention_grad": AccumulationRule(lambda a, k: sum(fusion_attention_lengths(a, k, head_num_index=4))),
 }
-
-
-# Ops whose output a fair kernel rounds once from a wider computation, with no rounded constant or
-# factor shared by many elements: their rounding-dominated errors lean neither way (Accumulation.
-# rounded_once). A norm's rounded rsqrt, a mean's 1/n or rad2deg's 180/pi lean fairly: not here.
-ROUNDED_ONCE = frozenset({
-    "matmul", "mm", "bmm", "linear", "conv1d", "conv2d", "conv3d",
-    "add", "sub", "mul", "div", "truediv",
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
-    "sin", "cos", "tanh", "sigmoid", "silu", "erf",
-})
-
-
-# Ops whose output is one sum of its terms, that fair kernels add in different orders and no other way
-# (not a Winograd or FFT convolution; no shared factor, no function of the sum): a sequential sum is
-# the fair order that errs most (Accumulation.plain_sum, Metrics.order_rmse).
-PLAIN_SUMS = frozenset({
-    "matmul", "mm", "bmm", "mv", "dot", "addmm", "baddbmm", "linear", "tensordot", "npu_linear", "npu_bmmV2",
-    "sum", "mean", "cumsum", "mse_loss",
-})
-
-
-# Ops that fair kernels compute in float32 for float16 and bfloat16 inputs and round once to that
-# dtype. Their float32 steps (a rounded sum, an rsqrt, erf) move the exact result by a float32 ulp,
-# 2^-13 of a half-precision one, so the output's one rounding still decides which way each element
-# goes. Where rows share a factor that a kernel may round in the half type, each row leans its own
-# way: the gate counts rows as its samples (Metrics.rounding_bias_noise). Under autocast some return
-# float32 (softmax, layer_norm): Accumulation.rounded_once_in_half holds for half outputs only.
-ROUNDED_ONCE_IN_HALF = frozenset({
-    "gelu", "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
-    "scaled_dot_product_attention", "sum", "mean",
-})
-
-
-def rounded_once(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether op(*args, **kwargs) is one rounding: an op of ROUNDED_ONCE whose Python float arguments a
-    float32 kernel holds exactly (x * 0.1 multiplies every element by one rounded 0.1)."""
-    scalars = [v for v in (*args, *kwargs.values()) if isinstance(v, float)]
-    return op in ROUNDED_ONCE and all(float(torch.tensor(v, dtype=torch.float32)) == v for v in scalars)
-
-
-# Ops whose fair kernel returns the exact result rounded once, as IEEE 754 asks of an add: it errs by
-# half an ulp of the result however far the result cancels, so the inputs' conditioning there excuses
-# none of its error (no second look). Only between tensors the result's dtype holds exactly, with no
-# scaling alpha: a Python number, a wider operand or alpha * other is rounded first, and that rounding
-# is what a cancelling result amplifies.
-EXACTLY_ROUNDED = frozenset({"add", "sub"})
-
-
-def exactly_rounded(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether op(*args, **kwargs) is an op of EXACTLY_ROUNDED between two float tensors, unscaled."""
-    if op not in EXACTLY_ROUNDED or len(args) != 2 or set(kwargs) - {"alpha"} or kwargs.get("alpha", 1) != 1:
-        return False
-    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in args):
-        return False
-    result = torch.result_type(*args)  # a 0-dim float32 tensor added to float16 ones is rounded to float16
-    return all(t.dtype == result or t.dtype.itemsize < result.itemsize for t in args)
-
-
-def rounded_once_in_half(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether op(*args, **kwargs) is an op of ROUNDED_ONCE_IN_HALF on a half-precision input."""
-    first = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()),
-                 None)
-    return op in ROUNDED_ONCE_IN_HALF and first is not None and float_format(first.dtype).computed_wider

@@ -1,5 +1,6 @@
-"""What an accumulation rule says of one op: its reduction length, its term norms and sensitivities, the
-roundings it makes and which outputs err together. The rules themselves are accumulation.py's table.
+"""What an accumulation rule says of one op: its reduction length, its term norms and sensitivities, and
+which outputs err together. The rules themselves are accumulation.py's table; the roundings a fair kernel
+makes are the op table's (data/ops.yaml), one value per op in its catalogue record.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ class AccumulationRule:
     added: tuple[int, str] | None = None  # (position, keyword) of a bias added to every sum
     squared: bool = False  # linear in each input: term norms come from the op on squared inputs
     mean: bool = False  # divides its sum by the length, so the terms are x_i / K
-    roundings: int = 0  # intermediate results a fair kernel rounds to the output dtype
     backward_length: Callable[[Sequence[Any], Mapping[str, Any]], int] | None = None
     # per output element, the L2 norm of the intermediates a fair kernel rounds, where they outgrow the
     # result; and the same for input gradients given the output's gradient, by argument name

@@ -171,9 +171,8 @@ class Interpolation:
         return torch.zeros((), dtype=torch.float64) if moved is None else moved
 
     def rule(self) -> AccumulationRule:
-        # A separable kernel interpolates one dim at a time and may round each pass to the dtype, as
-        # torch's half-precision bicubic does (0.3 u of the taps where the result cancels them).
-        return AccumulationRule(self.length, squared=True, term_norm=self.terms, roundings=1,
+        # Its one rounding between passes is the op table's (data/ops.yaml, interpolate).
+        return AccumulationRule(self.length, squared=True, term_norm=self.terms,
                                 sensitivity=self.sensitivity)
 
 
@@ -264,3 +263,68 @@ def fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[int
 def grouped_matmul_length(args, kwargs) -> int:  # K of the first x; k-axis groups sum over a part of it
     x = argument(args, kwargs, 0, "x")
     return (x if isinstance(x, torch.Tensor) else x[0]).shape[-1]
+
+
+def batched_contraction(args, kwargs) -> int:
+    """addbmm(input, batch1, batch2): each output sums every batch's products, b·k terms."""
+    batch1 = argument(args, kwargs, 1, "batch1")
+    return batch1.shape[0] * batch1.shape[-1]
+
+
+def einsum_length(args, kwargs) -> int:
+    """einsum(equation, *operands): each output sums the product over its contracted letters, those of
+    the inputs the output lacks (with no '->', those written more than once); '...' is never summed."""
+    equation = argument(args, kwargs, 0, "equation").replace(" ", "")
+    operands = args[1:] if len(args) > 1 else ()
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    inputs, arrow, output = equation.partition("->")
+    terms = inputs.split(",")
+    letters = [letter for term in terms for letter in term.replace("...", "") if letter.isalpha()]
+    kept = set(output) if arrow else {letter for letter in letters if letters.count(letter) == 1}
+    sizes: dict[str, int] = {}
+    for term, operand in zip(terms, operands):
+        head, dots, tail = term.partition("...")
+        named = list(zip(head, operand.shape)) + (list(zip(tail, operand.shape[operand.dim() - len(tail):]))
+                                                   if dots else [])
+        for letter, size in named:
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    return math.prod(sizes[letter] for letter in set(letters) - kept if letter in sizes)
+
+
+def chained_length(args, kwargs) -> int:
+    """chain_matmul(*matrices): the inner dims of each product in the chain, their errors added."""
+    matrices = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    return sum(m.shape[-1] for m in matrices[:-1]) or 1
+
+
+def bilinear_length(args, kwargs) -> int:
+    """bilinear(input1, input2, weight, bias): x1ᵀ W x2 sums in1·in2 products per output."""
+    weight = argument(args, kwargs, 2, "weight")
+    return weight.shape[1] * weight.shape[2]
+
+
+def pooling_window(dims: int, adaptive: bool):
+    """avg_pool{1,2,3}d's kernel, or the largest window an adaptive_avg_pool{1,2,3}d of that output size
+    averages (ceil(in / out), one more where out does not divide in)."""
+    def length(args, kwargs) -> int:
+        x = first_input(args, kwargs)
+        size = argument(args, kwargs, 1, "output_size" if adaptive else "kernel_size")
+        sizes = [size] * dims if isinstance(size, int) else list(size)
+        if not adaptive:
+            return math.prod(sizes)
+        spatial = x.shape[x.dim() - dims:]
+        return math.prod(-(-i // (o or i)) + (1 if o and i % o else 0) for i, o in zip(spatial, sizes))
+    return length
+
+
+def product_terms(cumulative: bool):
+    """prod and cumprod round each partial product relative to itself: |the product|, exact in float64,
+    is each output's scale (a sum's term norm would be the values', not the product's)."""
+    def terms(args, kwargs) -> torch.Tensor:
+        x = first_input(args, kwargs).detach().double()
+        dim = argument(args, kwargs, 1, "dim")
+        if cumulative:
+            return x.cumprod(dim).abs()
+        return (x.prod() if dim is None else x.prod(dim, keepdim=bool(argument(args, kwargs, 2, "keepdim")))).abs()
+    return terms

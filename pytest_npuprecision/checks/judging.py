@@ -8,9 +8,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..bounds.accumulation import ACCUMULATION_RULES
 from ..common.dtypes import float_format, parse_dtype
 from ..common.math_modes import DEFAULT_POLICY, POLICIES, MathMode
+from ..ops.catalogue import op_record
 from ..precision.element_bound import small_value_rule
 from ..precision.measuring import compute_metrics, compute_metrics_each
 from ..precision.metrics import Accumulation, Metrics, element_index
@@ -268,8 +268,7 @@ def _accumulation(name, op: str | None, accumulation: Accumulation | None,
             raise ValueError(f"inputs= cannot derive the accumulation of op {op!r}: {resolved.unsupported}")
         args, kwargs = inputs
         return accumulation_for(resolved, args, kwargs)
-    if accumulation is None and name is not None and name.bare in ACCUMULATION_RULES \
-            and ACCUMULATION_RULES[name.bare].reduces:
+    if accumulation is None and name is not None and op_record(name.bare).reduces:
         raise ValueError(f"op {op!r} reduces: its error bound needs the reduction length. Pass the call's "
                          f"arguments as inputs=(args, kwargs), or accumulation=Accumulation(length, term_norms)")
     return accumulation or Accumulation()

@@ -14,9 +14,9 @@ import torch
 
 from ..backends import Backend, load_backend
 from ..common.math_modes import DEFAULT_POLICY
-from ..ops.namesakes import LINALG, SAME_FUNCTION, NoSingleNamesake
+from ..ops.namesakes import SAME_FUNCTION, NoSingleNamesake
 from ..ops.registry import registered_op
-from ..ops.resolution import ResolvedOp, choose_namesake, resolve
+from ..ops.resolution import ResolvedOp, choose_namesake, operator_name, reference_like, resolve
 from ..precision.metrics import Accumulation
 from ..precision.rules import Rules
 from ..precision.verdict import Status, Verdict, render_message
@@ -47,19 +47,22 @@ class CallVerdict:
 
 def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch.device | str = "cpu",
                golden: Backend | None = None, baseline: Backend | str | None = None, backward: bool = False,
-               reference: Callable[..., Any] | None = None, rules: Rules | None = None, seed: int = 0,
-               float32: str = DEFAULT_POLICY, **kwargs: Any) -> CallVerdict:
+               reference: Callable[..., Any] | None = None, like: str | None = None, rules: Rules | None = None,
+               seed: int = 0, float32: str = DEFAULT_POLICY, **kwargs: Any) -> CallVerdict:
     """Run ``op(*args, **kwargs)`` on ``device`` and on the float64 golden and judge it.
 
     op: a callable (``torch.matmul``, your kernel) or a name as dumps and op cases write it
     ("Torch.matmul", "Functional.gelu", a registered custom op). The inputs are used as given, in
     their dtype, moved to each side's device. backward: also judge the gradient of every
     floating-point tensor argument, for output gradients drawn from ``seed``. reference: what the
-    golden calls instead (in float64), where ``op`` is your own kernel that fixes its dtypes inside.
+    golden calls instead (in float64), where ``op`` is your own kernel that fixes its dtypes inside;
+    where it is an op the catalogue knows (``torch.prod``, a torch_npu op's reference), your kernel is
+    judged by that op's record: its standard, reduction and roundings. like: the op whose record judges
+    your kernel, where the reference does not say it (a built-in name such as "rms_norm").
     float32: how float32 ops the device ran in TF32 or HF32 are judged: "as-run" (at that format's
     rounding of the inputs) or "ieee" (at float32's own; a fair TF32 kernel then fails, saying so).
     """
-    resolved = _resolved(op)
+    resolved = _resolved(op, like or reference_like(reference))
     if resolved.namesakes:  # "Torch.svd": torch.svd or torch.linalg.svd, as msprobe names both
         try:
             resolved = choose_namesake(resolved, args, kwargs)
@@ -73,6 +76,8 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     if run.error:  # an output the two sides shape differently, or one side lacks: never a silent pass
         raise ValueError(f"check_call({resolved.api_name}): {run.error}")
     rules = rules or Rules.default()
+    if resolved.like or resolved.standard:  # a user's op: its own standard, or its twin's table row
+        rules = rules.with_twin(resolved.api_name, resolved.like, standard=resolved.standard)
     # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,
@@ -94,35 +99,20 @@ def assert_call_precise(op: str | Callable[..., Any], *args: Any, **kwargs: Any)
     return verdict
 
 
-def _resolved(op: str | Callable[..., Any]) -> ResolvedOp:
+def _resolved(op: str | Callable[..., Any], like: str | None = None) -> ResolvedOp:
     if callable(op) and not isinstance(op, str):
-        name = _callable_name(op)
+        name = operator_name(op)
         found = resolve(name) if name is not None else None
         same = found is not None and found.base_name in SAME_FUNCTION  # torch.linalg.det computes torch.det
         if found is not None and (found.func is op or same or any(func is op for _, func in found.namesakes)):
             # a torch operator: its tables' rules apply, to the function given, not a namesake
             return dataclasses.replace(found, func=op, namesakes=())
-        return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op)
+        return ResolvedOp(api_name=getattr(op, "__qualname__", repr(op)), func=op, like=like)
     custom = registered_op(op)
     found = resolve(custom.api_name if custom is not None else op)
     if found.func is None:
         raise ValueError(f"check_call({op!r}): {found.unsupported}")
     return found
-
-
-def _callable_name(op: Callable[..., Any]) -> str | None:
-    """The msprobe name of a torch operator given as a function: torch.matmul -> Torch.matmul."""
-    name = getattr(op, "__name__", "")
-    if op is getattr(torch.nn.functional, name, None):  # some are C functions of another module
-        return f"Functional.{name}"
-    if op is getattr(torch, name, None):
-        return f"Torch.{name}"
-    if op is getattr(torch.Tensor, name, None):
-        return f"Tensor.{name}"
-    short = name.removeprefix("linalg_")  # msprobe names torch.linalg.svd (linalg_svd) Torch.svd
-    if op is getattr(torch.linalg, short, None):  # and the ones it does not hook by their namespace
-        return f"Torch.{short}" if short in LINALG else f"Torch.linalg.{short}"
-    return None
 
 
 def _float_tensor(value: Any) -> bool:

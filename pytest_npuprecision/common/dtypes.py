@@ -84,12 +84,3 @@ def parse_dtype(value: object, *, what: str = "dtype") -> torch.dtype:
         fix = f"use {hint}" if hint else "use a torch dtype name such as float16, bfloat16 or float32"
         raise ValueError(f"{what} {value!r} is not a torch dtype: {fix}")
     raise TypeError(f"{what} must be a torch.dtype or its name, not {type(value).__name__} {value!r}")
-
-
-def is_float(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point
-
-
-def is_exact_kind(dtype: torch.dtype) -> bool:
-    """Integer, bool and index outputs: only bit-exact agreement makes sense."""
-    return not dtype.is_floating_point and not dtype.is_complex

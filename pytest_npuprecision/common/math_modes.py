@@ -24,25 +24,9 @@ from typing import Any
 
 FLOAT32_MANTISSA_BITS = 23
 
-# The ops each family's switch covers, by base name (ops.base_name): what cuBLAS, cuDNN and the NPU's
-# cube unit compute. The fused ops built on them (attention) are in the matmul family.
-FAMILIES: dict[str, frozenset[str]] = {
-    "matmul": frozenset({
-        "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "linear", "bilinear", "einsum", "tensordot",
-        "chain_matmul", "multi_dot", "scaled_dot_product_attention", "multi_head_attention_forward",
-        "npu_linear", "npu_grouped_matmul", "npu_gmm", "npu_fusion_attention", "npu_fusion_attention_grad",
-    }),
-    "conv": frozenset({
-        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution",
-        "_convolution", "conv_tbc",
-    }),
-    "rnn": frozenset({"gru", "lstm", "rnn_tanh", "rnn_relu", "gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell"}),
-}
-
-
-def family_of(base_name: str) -> str | None:
-    """'matmul', 'conv' or 'rnn': the switch that covers this op; None for the rest."""
-    return next((family for family, names in FAMILIES.items() if base_name in names), None)
+# The families of float32 ops a switch covers; which ops each holds is the op catalogue's
+# (ops.catalogue.MATH_FAMILIES): cuBLAS's and cuDNN's, and the NPU's cube unit.
+FAMILIES = ("matmul", "conv", "rnn")
 
 
 @dataclass(frozen=True)
@@ -93,9 +77,8 @@ class Float32Modes:
     rnn: MathMode = IEEE
     known: bool = True  # False where nothing tells (a dump judged offline records no mode)
 
-    def for_op(self, base_name: str) -> MathMode:
-        """The mode a float32 call of this op ran in: IEEE for the ops no family covers."""
-        family = family_of(base_name)
+    def for_family(self, family: str | None) -> MathMode:
+        """The mode a float32 call of an op of this family ran in: IEEE for the ops no family covers."""
         return IEEE if family is None else getattr(self, family)
 
     @property

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from ..common.dtypes import parse_dtype
 from ..config.files import MAX_BYTES, ConfigError, first_problem, load_yaml
-from ..precision.rules import MAX_ROUNDINGS, STANDARD_NAMES, metric_names
+from ..precision.rules import MAX_ROUNDINGS, STANDARD_NAMES
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
 from .spec import BrokenCase, Fixed, FromFile, InputSpec, OneOf, OpCase, Size, TensorSpec
 
@@ -360,11 +360,6 @@ def _check_size(tensor: TensorSpec, field: str, dims, previous) -> None:
     if largest > MAX_ELEMENTS:
         raise SchemaError(f"{field}.shape", f"may hold {largest} elements: keep tensors within {MAX_ELEMENTS} "
                                             f"elements (smaller dims, or fewer of them)")
-
-
-def limit_metrics() -> Mapping[str, tuple[str, ...]]:
-    """The metrics each standard judges, read from the shipped threshold table."""
-    return metric_names()
 
 
 def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:

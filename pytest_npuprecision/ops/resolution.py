@@ -122,12 +122,46 @@ def _unsupported(api_name: str, reason: str) -> ResolvedOp:
 
 
 def _registered(api_name: str, name: str) -> ResolvedOp | None:
-    """A custom op registered under ``name`` (see ops.registry), named ``api_name`` here."""
+    """A custom op registered under ``name`` (see ops.registry), named ``api_name`` here: judged as its
+    ``like``, or else as its reference where that is an op the catalogue knows."""
     custom = registry.registered_op(name)  # the registry loads entry points on its first use
     if custom is None:
         return None
-    return ResolvedOp(api_name=api_name, func=custom.fn, reference=custom.reference, like=custom.like,
-                      standard=custom.standard)
+    return ResolvedOp(api_name=api_name, func=custom.fn, reference=custom.reference,
+                      like=custom.like or reference_like(custom.reference), standard=custom.standard)
+
+
+def operator_name(fn: Any) -> str | None:
+    """The msprobe name of a torch operator given as a function: torch.matmul -> Torch.matmul; None for
+    any other callable."""
+    name = getattr(fn, "__name__", "")
+    if not isinstance(name, str) or not name:
+        return None
+    if fn is getattr(torch.nn.functional, name, None):  # some are C functions of another module
+        return f"Functional.{name}"
+    if fn is getattr(torch, name, None):
+        return f"Torch.{name}"
+    if fn is getattr(torch.Tensor, name, None):
+        return f"Tensor.{name}"
+    short = name.removeprefix("linalg_")  # msprobe names torch.linalg.svd (linalg_svd) Torch.svd
+    if fn is getattr(torch.linalg, short, None):  # and the ones it does not hook by their namespace
+        return f"Torch.{short}" if short in namesakes.LINALG else f"Torch.linalg.{short}"
+    return None
+
+
+def reference_like(reference: Any) -> str | None:
+    """The catalogue name a user's op is judged as when its reference is an op the catalogue knows
+    (torch.prod, a torch_npu op's fused reference): that op's record then bounds it, as ``like=``
+    would. None for any other reference."""
+    if reference is None:
+        return None
+    from .catalogue import catalogue  # lazy: the catalogue reads the bounds' and fused tables
+
+    fused = catalogue().of_reference(reference)
+    if fused is not None:
+        return fused.name
+    name = operator_name(reference)
+    return None if name is None else base_name(name)
 
 
 @lru_cache(maxsize=None)

@@ -1,5 +1,5 @@
 """What bounds a fair kernel's error in each output and input gradient: the reduction length, the
-norms of the summed terms and the sensitivities that bounds/accumulation.py's rules give, computed on the
+norms of the summed terms and the sensitivities that each op's catalogue record gives (ops/catalogue.py), computed on the
 golden side from the call's own arguments.
 """
 
@@ -12,10 +12,8 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..bounds.accumulation import (
-    ACCUMULATION_RULES, PLAIN_SUMS, exactly_rounded, rounded_once, rounded_once_in_half,
-)
 from ..bounds.accumulation_rule import AccumulationRule
+from ..ops.catalogue import op_record
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
 from .sides import Side, blocked_matmul, flatten_outputs, golden_for, prepare, side_arguments, tensor_paths
@@ -79,7 +77,7 @@ def output_norm(op, args, kwargs, golden: Side, name: str, shape: torch.Size, no
                 rule: AccumulationRule | None = None) -> torch.Tensor | None:
     """The term norms of output ``name`` of ``shape`` where the rule gives them by output
     (AccumulationRule.output_norms); None where it does not."""
-    rule = rule or ACCUMULATION_RULES.get(op.base_name)
+    rule = rule or op_record(op.base_name).accumulation
     if rule is None or rule.output_norms is None:
         return None
     try:
@@ -93,14 +91,16 @@ def output_norm(op, args, kwargs, golden: Side, name: str, shape: torch.Size, no
 def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
                          rule: AccumulationRule | None = None) -> Accumulation:
     """rule: the op's (unknown_op_bounds.measured_rule for a user's op no table describes); default: the table's."""
-    rule = rule or ACCUMULATION_RULES.get(op.base_name)
+    record = op_record(op.base_name)
+    rule = rule or record.accumulation
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
-    if rounded_once(op.base_name, args, kwargs):
-        accumulation = replace(accumulation, rounded_once=True,
-                               exactly_rounded=exactly_rounded(op.base_name, args, kwargs))
-    elif rounded_once_in_half(op.base_name, args, kwargs):
+    if record.roundings:
+        accumulation = replace(accumulation, roundings=record.roundings)
+    if record.is_rounded_once(args, kwargs):
+        accumulation = replace(accumulation, rounded_once=True, exactly_rounded=record.is_exactly_rounded(args, kwargs))
+    elif record.is_rounded_once_in_half(args, kwargs):
         accumulation = replace(accumulation, rounded_once_in_half=True)
-    if op.base_name in PLAIN_SUMS and accumulation.term_norm is not None:
+    if record.plain_sum and accumulation.term_norm is not None:
         accumulation = replace(accumulation, plain_sum=True)
     if rule is not None and (rule.correlated or rule.shared is not False):
         accumulation = replace(accumulation, correlated=True)
@@ -143,10 +143,9 @@ def _forward_sums(op, rule: AccumulationRule | None, args, kwargs, golden: Side,
         except Exception as exc:
             notes.append(f"term norms of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
             norm = None
-        return Accumulation(length, norm, roundings=rule.roundings)
+        return Accumulation(length, norm)
     if rule is None or not rule.squared:
-        return Accumulation(length, roundings=rule.roundings) if rule and rule.roundings \
-            else Accumulation(length)
+        return Accumulation(length)
     try:
         norm = blocked_matmul(op, args, kwargs, golden, square=True)
         if norm is None:
@@ -168,7 +167,7 @@ def grad_accumulations(op, args, kwargs, golden: Side, grad_paths, cotangents, o
     length and the broadcast ratio; elementwise ops just the broadcast ratio (a bias added over a batch).
     rule: as forward_accumulation's.
     """
-    rule = rule or ACCUMULATION_RULES.get(op.base_name)
+    rule = rule or op_record(op.base_name).accumulation
     added = _added_path(rule, args, kwargs)
     k_forward = _forward_length(op, rule, args, kwargs, notes) - (added is not None)
     inputs = tensor_paths(args, kwargs)

@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..bounds import sampling_terms
-from ..bounds.accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS, rounded_once_in_half
 from ..common.dtypes import float_format
+from ..ops.catalogue import op_record
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
 # Seeded draws, each moving every input element by a random share in [-u, u] of its own rounding,
@@ -34,11 +34,11 @@ DRAWS = 5
 # and so they do when the scores are summed in bfloat16: that defect must not hide in the spread.)
 AMPLIFIED = 4.0
 
-# Ops whose fair kernels are stable only normwise: matrix algorithms (a backward-stable QR or SVD is
-# exact for a matrix moved by u times its norm, not each entry by u times itself), and affine_grid,
-# whose grid is a product of theta with a base grid. Their inputs move by u times the larger of the
-# element and the tensor's RMS. (grid_sample's grid moves as its kernel rounds coordinates, below.)
-NORMWISE = MATRIX_ALGORITHMS | {"affine_grid"}
+# Ops whose fair kernels are stable only normwise (OpRecord.normwise): matrix algorithms (a
+# backward-stable QR or SVD is exact for a matrix moved by u times its norm, not each entry by u times
+# itself), and affine_grid, whose grid is a product of theta with a base grid. Their inputs move by u
+# times the larger of the element and the tensor's RMS. (grid_sample's grid moves as its kernel rounds
+# coordinates, below.)
 # A matrix algorithm is backward stable with a backward error of about its size n times u, not u: a
 # Householder QR or an SVD is exact for a matrix moved by n u ||A|| (the bound's length for these ops
 # is n^2, bounds/accumulation.py). Its draws move the inputs that far. Its backward reads the factors its
@@ -106,13 +106,13 @@ class GoldenSpread:
             return self.failure
         # Amplified past AMPLIFIED units of the dtype's own rounding, however far the draws moved.
         return spread_over([draw[name] for draw in self._draws if name in draw], golden, self._roundoff,
-                           normwise=self._run[0].base_name in MATRIX_ALGORITHMS)
+                           normwise=op_record(self._run[0].base_name).matrix_algorithm)
 
     def _measure(self) -> list[dict[str, torch.Tensor]]:
         op, args, kwargs, golden, grad_paths, cotangents, seed = self._run
         draws = []
         for draw in range(DRAWS):
-            jitter = Jitter(_generator(seed, draw), normwise=op.base_name in NORMWISE, units=self._units,
+            jitter = Jitter(_generator(seed, draw), normwise=op_record(op.base_name).normwise, units=self._units,
                             unit=self._unit,
                             coordinates=sampling_terms.coordinate_paths(op.base_name))
             side = replace(golden, jitter=jitter)
@@ -133,17 +133,18 @@ class GoldenSpread:
 def backward_error_units(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> float:
     """How many unit roundoffs a fair kernel's backward error reaches: the size n of a matrix
     algorithm's matrix (sqrt of the length its rule reads), 1 for every other op."""
-    if op not in MATRIX_ALGORITHMS:
+    record = op_record(op)
+    if not record.matrix_algorithm:
         return 1.0
     try:
-        return max(math.sqrt(ACCUMULATION_RULES[op].length(args, kwargs)), 1.0)
+        return max(math.sqrt(record.accumulation.length(args, kwargs)), 1.0)
     except Exception:  # an argument form the rule cannot read: the plain move
         return 1.0
 
 
 def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.AbstractContextManager:
-    """A matrix algorithm's saved factors moved as the dtype's rounding moves them (see NORMWISE)."""
-    if not backward or op not in MATRIX_ALGORITHMS:
+    """A matrix algorithm's saved factors moved as the dtype's rounding moves them (see OpRecord.normwise)."""
+    if not backward or not op_record(op).matrix_algorithm:
         return contextlib.nullcontext()
     def pack(t: torch.Tensor) -> torch.Tensor:
         return jitter(t.detach(), t.dtype) if t.is_floating_point() or t.is_complex() else t
@@ -152,10 +153,10 @@ def _rounded_factors(op: str, jitter: Jitter, backward: bool) -> contextlib.Abst
 
 def computed_roundoff(op: str | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> float | None:
     """float32's unit roundoff where a fair kernel computes ``op`` in float32 for these half-precision
-    inputs and rounds once (accumulation.ROUNDED_ONCE_IN_HALF): its inputs are exact, only float32
+    inputs and rounds once (OpRecord.rounded_once_in_half): its inputs are exact, only float32
     steps round inside it, so the draws move the inputs that far (a bfloat16 sum of cancelling terms
     moved by bfloat16's rounding would excuse a bias the float32 sum cannot make). None elsewhere."""
-    if op is None or not rounded_once_in_half(op, args, kwargs):
+    if op is None or not op_record(op).is_rounded_once_in_half(args, kwargs):
         return None
     return torch.finfo(torch.float32).eps / 2
 
@@ -177,7 +178,7 @@ def spread_over(moved: Sequence[torch.Tensor], golden: torch.Tensor, roundoff: f
     """The largest move of each element of ``golden`` over the draws where the op amplifies the
     inputs' rounding (``roundoff``) more than AMPLIFIED-fold, 0 elsewhere; None unless every draw
     gave the element. normwise: of each matrix (the last two dims) as a whole, for every element of
-    it, where the op is stable only normwise (NORMWISE): its error bound holds for the matrix's norm,
+    it, where the op is stable only normwise (OpRecord.normwise): its error bound holds for the matrix's norm,
     and a few random draws see each element's own sensitivity only by chance."""
     if len(moved) < DRAWS or any(m.shape != golden.shape for m in moved):
         return None
@@ -202,7 +203,7 @@ def input_spread(fn: Callable[..., torch.Tensor], args: Sequence[Any], kwargs: M
     its own dtype's rounding, where ``fn`` amplifies that rounding (0 elsewhere, see AMPLIFIED): the
     ``spread=`` that :func:`judge` takes for its second look. ``args``
     are the call's arguments in the dtype the device got; golden: ``fn`` on them in float64, when
-    the caller has it already; normwise: move them as NORMWISE ops' are; op: the op's bare name
+    the caller has it already; normwise: move them as OpRecord.normwise ops' are; op: the op's bare name
     ("softmax"), where its half-precision inputs move by float32's rounding (computed_roundoff).
     ``fn`` returns one tensor."""
     kwargs = dict(kwargs or {})

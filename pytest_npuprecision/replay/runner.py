@@ -24,8 +24,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend, auto_backend, float32_modes_of, load_backend
-from ..bounds.accumulation import ACCUMULATION_RULES
-from ..common.math_modes import MathMode, family_of
+from ..common.math_modes import MathMode
+from ..ops.catalogue import op_record
 from ..common.torch_compat import aminmax
 from ..dump.recorded import RecordedResults, leaf_gradients, positional_gradients
 from ..ops.registry import name_of
@@ -366,7 +366,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
 def _unknown(op: ResolvedOp) -> bool:
     """A user's op (a registered one, or a function given to check_call) that no accumulation rule
     describes, by its name or its like=: its bound is read from its reference (unknown_op_bounds.py)."""
-    if op.like is not None or op.base_name in ACCUMULATION_RULES:
+    if op.like is not None or op_record(op.base_name).accumulation is not None:
         return False
     if op.prefix not in _TORCH_PREFIXES:
         return True
@@ -389,14 +389,15 @@ def _check_wide(op: ResolvedOp, outputs: Sequence[tuple[str, Any]]) -> None:
 def _float32_mode(device: Backend, op: ResolvedOp, args, kwargs, notes: list[str]) -> tuple[MathMode | None, str | None]:
     """The device's float32 mode for this op and its recorded name; (None, None) for an op no family
     covers. The bounds widen for a reduced mode only where an output is float32 (Accumulation.input_share)."""
-    if family_of(op.base_name) is None:
+    family = op_record(op.base_name).math_family
+    if family is None:
         return None, None
     modes = float32_modes_of(device)
     if not modes.known and any(t.dtype == torch.float32 for t in tensor_paths(args, kwargs).values()):
         notes.append(f"no float32 math mode is recorded for {device.name}: {op.api_name} is judged as IEEE float32 "
                      f"(a float32 conv computed in HF32, torch_npu's default, fails so: tell the run its modes "
                      f"with --npu-precision-fp32-modes, e.g. conv=hf32)")
-    mode = modes.for_op(op.base_name)
+    mode = modes.for_family(family)
     return mode, mode.name if modes.known else "unknown"
 
 

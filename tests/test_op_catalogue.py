@@ -1,0 +1,149 @@
+"""The op catalogue (issue 51): one record per op, validated as it is built, asked by every layer; the
+contradictions it settled (reducing ops with no reduction, roundings stated twice, a user's kernel judged
+by how it was named) each fail on the code before it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from pytest_npuprecision import check_call, judge
+from pytest_npuprecision.bounds.accumulation import ACCUMULATION_RULES
+from pytest_npuprecision.bounds.accumulation_rule import AccumulationRule
+from pytest_npuprecision.ops.catalogue import CatalogueError, build, catalogue, op_record
+from pytest_npuprecision.ops.fused import FUSED_OPS
+from pytest_npuprecision.precision.rules import Rules
+from pytest_npuprecision.precision.verdict import Status
+
+GEN = torch.Generator().manual_seed(51)
+
+
+def _random(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=GEN).to(dtype)
+
+
+def test_every_op_of_the_tables_has_one_valid_record():
+    records = catalogue()
+    assert len(records) >= 300
+    assert set(ACCUMULATION_RULES) | set(FUSED_OPS) | set(Rules.default().ops) <= {r.name for r in records}
+    for record in records:
+        if record.standard in ("error_bound", "thousandth") and not record.reduces:
+            assert record.accumulation is not None or record.name in {
+                "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul",
+                "npu_apply_rotary_pos_emb", "npu_geglu", "npu_gelu"}, record.name
+    assert op_record("npu_rms_norm").reference is FUSED_OPS["npu_rms_norm"]
+    assert op_record("linear").math_family == "matmul" and op_record("gelu").math_family is None
+    assert op_record("svd").matrix_algorithm and op_record("affine_grid").normwise
+    assert op_record("not_an_op").accumulation is None and op_record("not_an_op").standard is None
+
+
+@pytest.mark.parametrize("name", ["addbmm", "einsum", "prod", "cumprod", "nansum", "chain_matmul", "bilinear",
+                                  "avg_pool2d", "adaptive_avg_pool2d", "convolution"])
+def test_the_reducing_ops_the_table_lists_say_what_they_sum(name):
+    assert op_record(name).reduces, name
+
+
+def test_roundings_are_stated_once():
+    assert "roundings" not in {f.name for f in dataclasses.fields(AccumulationRule)}
+    for name in ("scaled_dot_product_attention", "npu_fusion_attention", "npu_fusion_attention_grad"):
+        assert op_record(name).roundings == 2, name
+    assert op_record("cov").roundings == 1 and op_record("interpolate").roundings == 1
+
+
+def _rules(**ops):
+    return Rules.default().merged({"ops": ops})
+
+
+@pytest.mark.parametrize("ops, rules, message", [
+    ({"my_sum": {"standard": "error_bound"}}, {}, "op 'my_sum' is judged by error_bound, whose bound grows with "
+                                                  "the reduction, yet no accumulation rule says what it sums"),
+    ({"my_sum": {"standard": "ulp"}}, {"my_sum": ACCUMULATION_RULES["sum"]},
+     "op 'my_sum' is judged by ulp, one rounding per element, yet its accumulation rule sums many terms"),
+    ({"my_conv": {"standard": "thousandth"}}, {}, "op 'my_conv' is judged by thousandth"),
+])
+def test_a_contradiction_is_an_error_that_names_the_op(ops, rules, message):
+    with pytest.raises(CatalogueError, match=message):
+        build(_rules(**ops), {**ACCUMULATION_RULES, **rules}, FUSED_OPS)
+
+
+def test_every_record_is_listed_on_the_generated_page():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("docs_generate", Path(__file__).parents[1] / "docs" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    page = generate.ops_page()
+    for record in catalogue():
+        assert f'<a id="{record.name.lower()}"></a>`{record.name}`' in page, record.name
+
+
+def test_a_new_op_is_one_rule_and_one_row():
+    rule = AccumulationRule(lambda a, k: a[0].shape[-1], squared=True)
+    records = build(_rules(my_sum={"standard": "error_bound", "roundings": 1}), {**ACCUMULATION_RULES,
+                                                                                "my_sum": rule}, FUSED_OPS)
+    record = records.get("my_sum")
+    assert record.reduces and record.standard == "error_bound" and record.roundings == 1
+    assert record.anchor == "docs/generated/ops.md#my_sum"
+
+
+def _addbmm(dtype):
+    return _random(8, 8, dtype=dtype), _random(4, 8, 1024, dtype=dtype), _random(4, 1024, 8, dtype=dtype)
+
+
+def _batched(dtype):
+    return _random(2, 8, 4096, dtype=dtype), _random(2, 4096, 8, dtype=dtype)
+
+
+def _off(fn):
+    """fn's result 1 % too large: 20 half ulps, 80 000 float32 ulps."""
+    return lambda *args: (fn(*args).float() * 1.01).to(fn(*args).dtype)
+
+
+CALLS = {
+    "addbmm": (torch.addbmm, _addbmm),
+    "baddbmm": (torch.baddbmm, lambda d: (_random(2, 8, 8, dtype=d), *_batched(d))),
+    "einsum": (torch.einsum, lambda d: ("bij,bjk->bik", *_batched(d))),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_torch_kernels_over_4096_terms_pass_by_name_and_as_a_kernel_and_one_percent_off_fails(name, dtype):
+    """Before the catalogue, addbmm and einsum had no rule: K = 1, and torch's own kernels failed at 26-97x."""
+    fn, make = CALLS[name]
+    args = make(dtype)
+    assert check_call(f"Torch.{name}", *args).status is Status.PASS
+    assert check_call(lambda *a: fn(*a), *args, reference=fn).status is Status.PASS
+    assert check_call(_off(fn), *args, reference=fn).status is Status.ERROR
+    golden = fn(*(a.double() if isinstance(a, torch.Tensor) else a for a in args))
+    assert judge(_off(fn)(*args), golden, op=f"Torch.{name}", inputs=(args, {})).status is Status.ERROR
+
+
+def test_a_half_product_with_a_float32_accumulator_passes_both_ways_and_one_percent_off_fails():
+    """Before, Torch.prod was one rounding (a fair product of 512 terms failed) and a kernel given
+    reference=torch.prod was measured by autograd, where a product 1 % off passed."""
+    x = (1 + _random(8, 512) / 64).half()
+    fair = lambda x, dim: x.float().prod(dim).half()  # noqa: E731
+    assert check_call(fair, x, -1, reference=torch.prod).status is Status.PASS
+    assert check_call(_off(fair), x, -1, reference=torch.prod).status is Status.ERROR
+    golden = x.double().prod(-1)
+    assert judge(fair(x, -1), golden, op="Torch.prod", inputs=((x, -1), {})).status is Status.PASS
+    assert judge(_off(fair)(x, -1), golden, op="Torch.prod", inputs=((x, -1), {})).status is Status.ERROR
+    # torch's own CPU half product accumulates in half: 2 % off over 512 terms, a real imprecision
+    assert check_call("Torch.prod", x, -1).status is Status.ERROR
+
+
+def test_a_registered_op_with_a_known_reference_is_judged_by_its_record():
+    from pytest_npuprecision import register_op
+    from pytest_npuprecision.ops.registry import unregister_op
+
+    register_op("half_prod_kernel", lambda x, dim: (x.float().prod(dim) * 1.01).half(), reference=torch.prod)
+    try:
+        x = (1 + _random(8, 512) / 64).half()
+        verdict = check_call("half_prod_kernel", x, -1)
+        assert verdict.status is Status.ERROR, verdict.message()
+    finally:
+        unregister_op("half_prod_kernel")
