@@ -33,7 +33,7 @@ from faulty_backend import FaultyBackend  # noqa: E402
 from pytest_npuprecision import capture  # noqa: E402
 from pytest_npuprecision.backends import DumpedOutputs  # noqa: E402
 from pytest_npuprecision.checks.baseline_dump import BaselineDump  # noqa: E402
-from pytest_npuprecision.checks.dump_case import Settings  # noqa: E402
+from pytest_npuprecision.checks.case_run import Settings  # noqa: E402
 from pytest_npuprecision.dump.dump_cases import load_dump  # noqa: E402
 from pytest_npuprecision.dump.locations import find_dump_files  # noqa: E402
 

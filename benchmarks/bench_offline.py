@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.dump.locations import find_dump_files
 

@@ -52,7 +52,7 @@ import bench_msprobe  # noqa: E402  (a whole dump against msprobe's acc_check)
 from bench_report import MISSES, load_average, markdown, report  # noqa: E402
 
 from pytest_npuprecision import capture
-from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay.threads import available_cores
 

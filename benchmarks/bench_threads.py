@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_scale  # noqa: E402  (its synthetic statistics dumps)
 
 from pytest_npuprecision import capture, check_call
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay import threads
 from pytest_npuprecision.replay.memory_budget import input_elements

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pytest_npuprecision.checks.dump_case import CaseSkipped, Settings, run_case
+from pytest_npuprecision.checks.case_run import CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump.descriptors import CaseEntries, decode_call
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.replay.memory_budget import case_bytes, factory_elements

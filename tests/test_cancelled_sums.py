@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_npuprecision import capture
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 
 

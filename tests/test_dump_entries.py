@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_npuprecision.checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from pytest_npuprecision.checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump import dump_cases as dump_module
 from pytest_npuprecision.dump import entries as dump_entries
 from pytest_npuprecision.dump.dump_cases import SkipReason, load_dump

@@ -11,7 +11,7 @@ import torch.nn as nn
 from faulty_backend import Fault, FaultyBackend
 
 from pytest_npuprecision import Status, capture
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 
 API = "Functional.multi_head_attention_forward"

@@ -74,7 +74,7 @@ ADAPTER_CHECKS = r"""
 import json, os, torch
 from pytest_npuprecision.backends import BackendError, auto_backend, load_backend
 from pytest_npuprecision.reports.run_facts import RunFacts
-from pytest_npuprecision.checks.dump_case import Settings
+from pytest_npuprecision.checks.case_run import Settings
 
 def env(**values):
     for name, value in values.items():

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from pytest_npuprecision import register_op, unregister_op
 from pytest_npuprecision.backends import Backend
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.opcases.message import render_outcome
 from pytest_npuprecision.opcases.schema import load_case_file
 from pytest_npuprecision.opcases.search import PROFILES, OpCaseSettings, check_case, hypothesis_settings_for

@@ -12,7 +12,7 @@ from faulty_backend import Fault, FaultyBackend
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from pytest_npuprecision import Status, capture
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 
 

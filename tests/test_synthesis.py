@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.descriptors import TensorSpec
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.dump.synthesis import ROLE_TABLE, Role, RoleKind, role_for, synthesize

@@ -10,8 +10,8 @@ import torch
 from fixtures import fixture_dump
 
 from pytest_npuprecision import check_call
-from pytest_npuprecision.checks import dump_case
-from pytest_npuprecision.checks.dump_case import Settings, run_case
+from pytest_npuprecision.checks import case_run
+from pytest_npuprecision.checks.case_run import Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.opcases import run as opcase_run
 from pytest_npuprecision.replay import threads
@@ -78,13 +78,13 @@ def test_a_count_set_before_the_run_reads_as_the_users(process_threads):
 
 def test_a_small_dump_case_runs_with_one_thread_and_gives_the_count_back(per_case_run, monkeypatch):
     seen = []
-    original = dump_case.run_call
+    original = case_run.run_call
 
     def recording(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(dump_case, "run_call", recording)
+    monkeypatch.setattr(case_run, "run_call", recording)
     dump = load_dump(next(fixture_dump("mlp_statistics").rglob("dump.json")))
     case = next(c for c in dump.cases if c.key == "Functional.linear.0.forward")
     run_case(case, dump.data_dir, Settings(device="cpu"))

@@ -15,7 +15,7 @@ from fixtures import fixture_dump
 from test_real_model_cases import DumpWriter
 
 from pytest_npuprecision.backends import auto_backend
-from pytest_npuprecision.checks.dump_case import Settings
+from pytest_npuprecision.checks.case_run import Settings
 
 # Writes what the controller has imported once its reports are written, and again after its summary
 # (where Hypothesis's own plugin would import Hypothesis: plugin/idle_hypothesis.py).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks.dump_case import CaseInputError, CaseSkipped, Settings, run_case
+from ..checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
 from ..dump.dump_cases import load_dump
 from ..precision.verdict import Status, render_message
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..checks.dump_case import Settings
+from ..checks.case_run import Settings
 from ..common.shown_text import folder_name
 from .checking import DumpCheck, check_dump
 from .recorder import capture

@@ -4,7 +4,7 @@ msprobe's ``compare`` sets the NPU's output of each API against the GPU's, which
 error with everything that diverged upstream. Here each side is judged against the float64 golden of
 its own recorded inputs, so upstream divergence cancels, and the benchmark standard compares the two
 errors in units of each element's error bound. The baseline's side of a case is its partner entry
-(checks/dump_pairing.py) judged as ``--npu-precision-device dumped`` judges an entry; checks/dump_case.py
+(checks/dump_pairing.py) judged as ``--npu-precision-device dumped`` judges an entry; checks/case_run.py
 runs it and hands its metrics to the benchmark standard, as a recorded baseline's are.
 """
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..checks.dump_case import baseline_label
+from ..checks.case_run import baseline_label
 from ..precision.verdict import Status, render_message
 from ..reports.summary import STRICT_WARNINGS_NOTE
 from .run import case_seed

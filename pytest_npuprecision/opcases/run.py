@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from ..backends import Backend
-from ..checks.dump_case import OutputVerdict
+from ..checks.case_run import OutputVerdict
 from ..checks.judging import judge
 from ..common.math_modes import DEFAULT_POLICY
 from ..common.torch_compat import missing_kernel, newer_op

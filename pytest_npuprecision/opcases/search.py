@@ -21,7 +21,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
 from ..backends import Backend, load_backend
-from ..checks.dump_case import baseline_label, golden_label
+from ..checks.case_run import baseline_label, golden_label
 from ..common.math_modes import DEFAULT_POLICY
 from ..precision.rules import Rules
 from .draw import CaseInputError, call_strategy, fixed_call

@@ -63,11 +63,11 @@ def npu_precision_capture(request: pytest.FixtureRequest, tmp_path_factory: pyte
     """``with npu_precision_capture(): loss = model(x).sum(); loss.backward()`` records every API call of
     the block as an msprobe dump and checks each one as ``--npu-precision`` would (docs/capture.md)."""
     from ..capturing.fixture import CaptureFixture  # torch is imported only by tests that use the fixture
-    from .settings import settings_for
+    from .settings import run_settings_for
 
     report = request.config.getoption("npu_precision_report")
     return CaptureFixture(request.node.nodeid, tmp_path_factory.mktemp("npu_precision_capture"),
-                          settings_for(request.config),
+                          run_settings_for(request.config),
                           keep=request.config.invocation_params.dir / report / "captured" if report else None)
 
 

@@ -37,9 +37,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not check_dumps(config):
         return
     if runs_cases or run_facts.checked_only_by_loading(config):
-        from .settings import settings_for  # the backends, and torch
+        from .settings import run_settings_for  # the backends, and torch
 
-        settings_for(config)
+        run_settings_for(config)
     if not config.option.file_or_dir:
         # `pytest --npu-precision DUMP` runs the dump, not the project's own tests. The dump is never
         # a path for pytest to collect: pytest would import a conftest.py or test_*.py inside it.

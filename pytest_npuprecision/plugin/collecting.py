@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from ..checks.dump_case import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
+from ..checks.case_run import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
 from ..common.shown_text import shown_key
 from ..common.warning_types import JudgedDtypeWarning
 from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
@@ -27,7 +27,7 @@ from ..reports.gating import KnownFailureRegression
 from ..reports.records import RECORD, carried, case_record, junit_properties, new_record
 from ..reports.summary import STRICT_WARNINGS_NOTE, failing_outputs
 from .dump_options import found_dumps
-from .settings import local_facts, rerun_command, settings_for
+from .settings import local_facts, rerun_command, run_settings_for
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,7 +107,7 @@ class DumpJsonFile(pytest.Collector):
         so that the summary counts what did not pair on both sides."""
         if self.config.getoption("npu_precision_baseline") == "none":
             return
-        pairing = getattr(settings_for(self.config).baseline, "pairing", None)
+        pairing = getattr(run_settings_for(self.config).baseline, "pairing", None)
         if pairing is None:
             return
         for case in pairing.baseline_only(dump):
@@ -128,7 +128,7 @@ class BaselineOnlyItem(pytest.Item):
         self.case, self.case_id, self.place = case, case_id, place  # place: "step0/rank0" (Item has a location)
 
     def runtest(self) -> None:
-        settings = settings_for(self.config)
+        settings = run_settings_for(self.config)
         message = (f"{shown_key(self.case.key)} is only in the baseline dump ({self.case.source}): the device's dump "
                    f"of {self.place or 'this step and rank'} made no such call, so it has nothing to judge")
         record = new_record(kind="dump", case_id=self.case_id, key=self.case.key, api=self.case.api,
@@ -153,7 +153,7 @@ class BrokenDumpItem(pytest.Item):
         self.label = label
 
     def runtest(self) -> None:
-        settings = settings_for(self.config)
+        settings = run_settings_for(self.config)
         # A record too, so that cases.jsonl, the CSVs, JUnit and HTML list the file that could not run.
         self.stash[RECORD] = new_record(
             kind="dump", case_id=f"{self.label}::dump.json", key="dump.json", api="dump.json", direction="",
@@ -196,7 +196,7 @@ class DumpCaseItem(pytest.Item):
         self.keywords.update({mark.name: mark for mark in marks})
 
     def runtest(self) -> None:
-        settings = settings_for(self.config)
+        settings = run_settings_for(self.config)
         framework = self.dump.framework
         self.stash[RECORD] = case_record(self.case, settings, status="harness-error", framework=framework)
         try:
@@ -231,7 +231,7 @@ class DumpCaseItem(pytest.Item):
         # An absolute dump path works from any directory; the case id picks the case under it.
         root = self.parent.parent.path
         rerun = rerun_command(self.config, "--npu-precision", str(root), "--npu-precision-case", self.case.case_id)
-        settings = settings_for(self.config)
+        settings = run_settings_for(self.config)
         # Beside a baseline dump: which entry of it was the baseline, and its own verdict.
         entry = f": its entry {partner.case.case_id}, on its own {partner.status.value}" if partner else ""
         parts.append(f"case {self.case.case_id}, seed {self.case.seed}, device {settings.device.name} vs golden "

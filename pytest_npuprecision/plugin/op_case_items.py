@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ..backends import Backend
-from ..checks.dump_case import baseline_label, golden_label
+from ..checks.case_run import baseline_label, golden_label
 from ..opcases.failures import OpCaseFailure, OpCaseUsageError
 from ..opcases.message import render_outcome
 from ..opcases.regression import write_regression
@@ -36,10 +36,10 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Reporter(), "npu-precision-opcases")
 
 
-def settings_for(config: pytest.Config) -> OpCaseSettings:
+def op_case_settings_for(config: pytest.Config) -> OpCaseSettings:
     """The op case settings of this run, made once from the options."""
     if _SETTINGS not in config.stash:
-        from .settings import settings_for as run_settings  # the one reading of the device options
+        from .settings import run_settings_for as run_settings  # the one reading of the device options
 
         run = run_settings(config)
         folder = config.getoption("npu_precision_regressions")
@@ -150,7 +150,7 @@ class OpCaseItem(pytest.Item):
         self.add_marker(pytest.mark.npu_op_case)
 
     def runtest(self) -> None:
-        settings = settings_for(self.config)
+        settings = op_case_settings_for(self.config)
         _start_record(self, self.case, settings)
         _finish(self, check_and_keep(self.case, self.dtype, settings), settings)
 
@@ -168,10 +168,10 @@ class _Reporter:
     def pytest_report_collectionfinish(self, config: pytest.Config, items) -> str | None:
         if not any(item.get_closest_marker("npu_op_case") for item in items):
             return None
-        settings = settings_for(config)
+        settings = op_case_settings_for(config)
         profile = settings.profile
         where = settings.regressions if settings.regressions is not None else "nowhere"
-        from .settings import settings_for as run_settings
+        from .settings import run_settings_for as run_settings
 
         unused = "" if settings.baseline is not None or run_settings(config).baseline is None else (
             " (the recorded baseline holds dump cases only: op cases run without it)")
@@ -215,7 +215,7 @@ def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("fl
         @pytest.mark.parametrize("dtype", parsed, ids=dtype_name)
         def test(dtype: torch.dtype, request: pytest.FixtureRequest) -> None:
             __tracebackhide__ = True
-            settings = settings_for(request.config)
+            settings = op_case_settings_for(request.config)
             path = request.node.path
             source = path.relative_to(request.config.rootpath).as_posix() \
                 if path.is_relative_to(request.config.rootpath) else str(path)
@@ -231,4 +231,4 @@ def precision_case(op: str | Callable[..., Any], *, dtypes: Iterable[str] = ("fl
     return decorate
 
 
-__all__ = ["CASE_DTYPES", "configure", "precision_case", "settings_for"]
+__all__ = ["CASE_DTYPES", "configure", "precision_case", "op_case_settings_for"]

@@ -21,7 +21,7 @@ from .options import VERDICT_DEFAULTS
 if TYPE_CHECKING:
     from ..backends import Backend
     from ..checks.baseline_dump import BaselineDump
-    from ..checks.dump_case import Settings
+    from ..checks.case_run import Settings
     from ..checks.recorded_baseline import RecordedBaseline
 
 _SETTINGS = pytest.StashKey["Settings"]()
@@ -89,7 +89,7 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | Base
     return backend_option(config, "npu_precision_baseline", "baseline")
 
 
-def settings_for(config: pytest.Config) -> Settings:
+def run_settings_for(config: pytest.Config) -> Settings:
     """The device, golden, baseline and rules of this run, made once from the options."""
     if _SETTINGS not in config.stash:
         from ..common.torch_compat import UnsupportedEnvironment, check_environment
@@ -98,7 +98,7 @@ def settings_for(config: pytest.Config) -> Settings:
             check_environment()
         except UnsupportedEnvironment as exc:
             raise pytest.UsageError(str(exc)) from None
-        from ..checks.dump_case import Settings
+        from ..checks.case_run import Settings
         from ..precision.rules import Rules
         from ..replay.memory_budget import default_budget
 
@@ -164,4 +164,4 @@ def local_facts(config: pytest.Config) -> RunFacts | None:
 def facts_for_reports(config: pytest.Config) -> RunFacts:
     """The facts a report writes: this process's, else what the xdist workers sent, else the settings
     made here (no worker sent any)."""
-    return local_facts(config) or from_workers(config) or RunFacts.of(settings_for(config))
+    return local_facts(config) or from_workers(config) or RunFacts.of(run_settings_for(config))

@@ -1,6 +1,6 @@
 """Two dumps judged side by side: how their entries paired, and where they first part.
 
-Read from the case records alone (checks/dump_case.py sets ``baseline_state``, ``unpaired`` and
+Read from the case records alone (checks/case_run.py sets ``baseline_state``, ``unpaired`` and
 ``parted``; plugin/collecting.py records the baseline's entries the device dump lacks), so the xdist
 controller tells it as a serial run does.
 """

@@ -16,7 +16,7 @@ import pytest
 from .summary import ALL_CHECKS, worst_check
 
 if TYPE_CHECKING:
-    from ..checks.dump_case import CaseResult, Settings
+    from ..checks.case_run import CaseResult, Settings
     from ..dump.dump_cases import DumpCase
 
 RECORD = pytest.StashKey[dict]()  # an item's case record, carried to the controller on its call report

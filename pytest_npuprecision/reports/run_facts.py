@@ -21,7 +21,7 @@ from ..common.math_modes import describe_modes
 from ..replay import threads
 
 if TYPE_CHECKING:
-    from ..checks.dump_case import Settings
+    from ..checks.case_run import Settings
 
 _WORKER_KEY = "npu_precision_run"
 _FROM_WORKERS = pytest.StashKey["RunFacts"]()
