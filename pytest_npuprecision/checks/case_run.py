@@ -223,9 +223,7 @@ def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Se
     differences = dtype_differences({o.name: o.actual.dtype for o in compared if o.actual.is_floating_point()},
                                     recorded_out)
     guesses = (*inputs.guesses, *([inferred] if inferred else []), *differences)
-    rules = settings.rules
-    if op.like or op.standard:  # a registered custom op: its own standard, or its built-in twin's row
-        rules = rules.with_twin(op.api_name, op.like, standard=op.standard)
+    rules = op.own_rules(settings.rules)
     overflowed = run.overflowed if backward else None
     notes = (*guesses, *run.notes, *([unpaired[1]] if unpaired else []))
     outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,

@@ -75,9 +75,7 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
                    requires_grad=requires, seed=seed, reference=reference)
     if run.error:  # an output the two sides shape differently, or one side lacks: never a silent pass
         raise ValueError(f"check_call({resolved.api_name}): {run.error}")
-    rules = rules or Rules.default()
-    if resolved.like or resolved.standard:  # a user's op: its own standard, or its twin's table row
-        rules = rules.with_twin(resolved.api_name, resolved.like, standard=resolved.standard)
+    rules = resolved.own_rules(rules or Rules.default())
     # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,

@@ -4,9 +4,9 @@ Built once, on first use, by joining what each layer below contributes about an 
 level and roundings (the shipped op table, ``data/ops.yaml``, which a user's rules file overrides at
 run time), how it accumulates (``bounds.accumulation``'s rules), its float64 reference where torch_npu
 owns it (``ops.fused``), and the traits this module's own tables give (float32 math-mode family,
-plain sums, one rounding, goldens on the dtype's grid). It is validated as it is built: a standard and
-a rule that contradict each other, a reducing op with no reduction, or roundings stated twice with two
-values is a ``CatalogueError`` that names the op. Every other layer asks the catalogue
+plain sums, one rounding, goldens on the dtype's grid). Its roundings are the op table's alone. It is
+validated as it is built: a standard and a rule that contradict each other, or a reducing op with no
+reduction, is a ``CatalogueError`` that names the op. Every other layer asks the catalogue
 (:func:`op_record`); docs/generated/ops.md is printed from it (docs/generate.py).
 """
 
@@ -172,9 +172,6 @@ class Catalogue:
 
     def __len__(self) -> int:
         return len(self.records)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.records
 
     def get(self, name: str | None) -> OpRecord:
         """The record of bare name ``name`` (``ops.base_name`` of an API name), or UNKNOWN."""

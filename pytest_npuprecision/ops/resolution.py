@@ -67,6 +67,13 @@ class ResolvedOp:
         """The op with in-place, reflected and dunder spellings removed: ``__rmatmul__`` -> ``matmul``."""
         return self.like or base_name(self.api_name)
 
+    def own_rules(self, rules: Any) -> Any:
+        """``rules`` (precision.rules.Rules) as they judge this op: a user's op by its own standard, or by
+        the table row of the op it is like; every other op as they are."""
+        if not (self.like or self.standard):
+            return rules
+        return rules.with_twin(self.api_name, self.like, standard=self.standard)
+
     @property
     def reflected(self) -> bool:
         """``__radd__`` style: ``args[0]`` is the right-hand operand."""
@@ -193,9 +200,9 @@ def _npu(api_name: str, name: str) -> ResolvedOp:
     """A torch_npu op: its golden is the float64 reference of fused/, whether torch_npu imports or
     not (torch_npu has no CPU or float64 kernels for its fused ops). Without torch_npu it cannot run
     live, yet an offline check (the dumped device) still judges it against the reference."""
-    from .fused import fused_op  # lazy: only dumps with NPU ops need the references
+    from .catalogue import op_record  # lazy: only dumps with NPU ops need the references
 
-    fused = fused_op(name)
+    fused = op_record(name).reference
     reference = None if fused is None else fused.reference
     module, problem = _torch_npu()
     if module is None:

@@ -94,8 +94,6 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
     record = op_record(op.base_name)
     rule = rule or record.accumulation
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
-    if record.roundings:
-        accumulation = replace(accumulation, roundings=record.roundings)
     if record.is_rounded_once(args, kwargs):
         accumulation = replace(accumulation, rounded_once=True, exactly_rounded=record.is_exactly_rounded(args, kwargs))
     elif record.is_rounded_once_in_half(args, kwargs):
