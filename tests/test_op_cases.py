@@ -169,6 +169,7 @@ def test_the_failure_message(tmp_path):
         Custom.plus_one [float32]: Hypothesis searched <n> example<s> (profile ci) to find a failing one, <shrunk>; worst margin seen <n>x the limit, this example <n>x:
           input 0: float32 tensor (2,) = [<n>, <n>]
         output.0: Custom.plus_one [float32, 2]: error by the error_bound standard
+          the error: an offset: the device's output is shifted by 1 throughout, <n> % of the golden's RMS (that explains 100% of the squared error)
           max_bound_ratio = <n> > limit 8  [error]
               = largest error over the element's error bound, what a fair kernel may err there
           also failing: mean_bound_ratio <n> > 1

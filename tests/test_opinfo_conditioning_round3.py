@@ -7,8 +7,8 @@ The inputs are the full OpInfo run's own (tests/data/opinfo/round3/inputs.pt, fr
 - binary_cross_entropy_with_logits and multilabel_soft_margin_loss, composed op by op in the
   dtype: each element's loss rounds before the mean (ops.yaml's roundings);
 - local_response_norm, whose denominator rounds at each of its four steps (ops.yaml's roundings);
-- logsumexp's gradient g exp(x - out), which reads the rounded out (bounds/softmax_terms.py);
-- cosine_similarity's gradient, whose two autograd paths cancel (bounds/composite_terms.py).
+- logsumexp's gradient g exp(x - out), which reads the rounded out (bounds/terms/softmax_terms.py);
+- cosine_similarity's gradient, whose two autograd paths cancel (bounds/terms/composite_terms.py).
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_svdvals_backward_takes_the_gradient_of_its_one_output_among_the_svds_th
 #   n u, and within what moving the matrix and the factors the backward reads by n u normwise moves
 #   the float64 gradient (replay/perturbed.py, NORMWISE). The other samples are empty, zero (pinv cut every
 #   singular value) or singular.
-# - Composed functionals (softsign, normalize; bounds/composite_terms.py): autograd adds a path through
+# - Composed functionals (softsign, normalize; bounds/terms/composite_terms.py): autograd adds a path through
 #   each use of x, and the paths cancel: softsign's to a tenth at |x| = 9 (4.8 u of the result, 0.4 u
 #   of the paths), normalize's over a one-element dim to exactly 0 (1.9e-6 where the paths are 1).
 CONDITIONED = ("Torch.cond.1.backward", "Torch.lstsq.3.backward", "Torch.pinv.0.backward", "Torch.pinv.6.backward",

@@ -184,7 +184,7 @@ def test_a_batch_norm_s_channels_are_its_rows(dtype, offset):
     assert verdict.metrics.mean_residual_ratio is not None and verdict.metrics.max_residual_ratio <= 1
     if dtype != torch.float32 or offset:
         # a half type's rounding dwarfs both defects' ulps; values 20 sigma from their mean widen each
-        # element's bound by the centring's u·|x| (bounds/norm_terms.py), some 40 times
+        # element's bound by the centring's u·|x| (bounds/terms/norm_terms.py), some 40 times
         return
     noisy = judge(noise_64_ulp(fair), golden, op="Functional.batch_norm", inputs=(args, kwargs))
     assert "mean_residual_ratio" in {c.metric for c in noisy.failures}, render_message(noisy)

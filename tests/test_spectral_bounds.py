@@ -1,7 +1,7 @@
 """The SVD's and eigh's bounds (issue 37, found by OpInfo samples on cuda and a sweep on the CPU).
 
 A backward-stable SVD is exact for A + E with ||E|| about p·u·||A||: a singular value moves by up to
-||E|| however small it is, a singular vector turns by ||E|| / gap (bounds/spectral_terms.py). Bounded
+||E|| however small it is, a singular vector turns by ||E|| / gap (bounds/terms/spectral_terms.py). Bounded
 on their own sizes, LAPACK's float32 vectors failed 19 of 720 random calls (up to 19.7 times the
 bound, near a small gap), cuSOLVER's singular values 1.87 times (OpInfo, torch 2.11 on an H200).
 A symmetric matrix's eigenvalues and eigenvectors move alike, with max |lambda| and the gaps.

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..common.dtypes import float_format
-from . import (
+from .terms import (
     attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms, spectral_terms,
 )
 from .accumulation_rule import AccumulationRule, elementwise
@@ -114,7 +114,7 @@ def _observations(x: torch.Tensor) -> int:
 
 _NORM = AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 2, "dim")))
 def _softmax(op: str) -> AccumulationRule:
-    """softmax and log_softmax: the row's length, and term norms for exp's conditioning (bounds/softmax_terms.py)."""
+    """softmax and log_softmax: the row's length, and term norms for exp's conditioning (bounds/terms/softmax_terms.py)."""
     if op == "log_softmax":  # one rounded log-sum-exp subtracted: a row-common offset
         forward, affine = None, None
     else:  # one rounded sum divided: a row-common scale, and no offset
@@ -165,7 +165,7 @@ def _matrix_entries(args, kwargs) -> int:
 
 
 _MATRIX_ALGORITHM = AccumulationRule(_matrix_entries)
-# The SVD's factors move with the matrix's norm and its gaps (bounds/spectral_terms.py).
+# The SVD's factors move with the matrix's norm and its gaps (bounds/terms/spectral_terms.py).
 _SVD = AccumulationRule(_matrix_entries, output_norms=spectral_terms.factor_terms)
 
 ACCUMULATION_RULES: dict[str, AccumulationRule] = {
@@ -220,7 +220,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "multi_head_attention_forward": AccumulationRule(multi_head_attention),
     **{op: _statistic(op) for op in ("var", "std", "var_mean", "std_mean")},
     # A sum over the observations of centred products, over a normalization that may cancel
-    # (bounds/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
+    # (bounds/terms/covariance_terms.py): one rounding of the centred values, whose terms carry the mean's.
     "cov": AccumulationRule(lambda a, k: _observations(first_input(a, k)),
                             term_norm=covariance_terms.forward_terms, grad_term_norms=covariance_terms.gradient_terms),
     "logsumexp": AccumulationRule(_STAT.length, grad_term_norms=softmax_terms.logsumexp_gradient_terms),
@@ -228,7 +228,7 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     # its mean square sums positive squares: no centring, whose variance a fair kernel may take in one
     # pass (E[x^2] - mean^2) and so err with the values' distance from their mean
     "rms_norm": replace(_NORMALIZED, row_sum="squares"),
-    # Composed of several ops (bounds/composite_terms.py): gelu's 1 + erf cancels forward, and its gradient's
+    # Composed of several ops (bounds/terms/composite_terms.py): gelu's 1 + erf cancels forward, and its gradient's
     # two halves near x = -0.75; softsign's and normalize's gradients add paths through each use of x,
     # which cancel.
     "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms,

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from . import composite_terms, sampling_terms, softmax_terms
+from .terms import composite_terms, sampling_terms, softmax_terms
 from .accumulation_rule import AccumulationRule
 from .op_arguments import argument
 
@@ -155,7 +155,7 @@ class Interpolation:
         return taps ** len(windows)
 
     def terms(self, args, kwargs) -> torch.Tensor:
-        """The linear and cubic modes: the L2 norm of the taps (bounds/sampling_terms.py); the others
+        """The linear and cubic modes: the L2 norm of the taps (bounds/terms/sampling_terms.py); the others
         sqrt(sum w x^2), at least the L2 norm of the terms w x where 0 <= w <= 1."""
         x, call = first_input(args, kwargs), self.call(args, kwargs)
         taps = sampling_terms.interpolate_taps_norm(args, kwargs, call, resized(x, call))
@@ -165,7 +165,7 @@ class Interpolation:
         return norm / math.sqrt(self.length(args, kwargs)) if call["mode"] == "area" else norm
 
     def sensitivity(self, args, kwargs) -> torch.Tensor:
-        """How far the result moves with its source points' rounding (bounds/sampling_terms.py)."""
+        """How far the result moves with its source points' rounding (bounds/terms/sampling_terms.py)."""
         call = self.call(args, kwargs)
         moved = sampling_terms.interpolate_sensitivity(args, kwargs, call, resized(first_input(args, kwargs), call))
         return torch.zeros((), dtype=torch.float64) if moved is None else moved

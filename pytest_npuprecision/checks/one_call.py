@@ -20,7 +20,7 @@ from ..ops.resolution import ResolvedOp, choose_namesake, operator_name, referen
 from ..precision.metrics import Accumulation
 from ..precision.rules import Rules
 from ..precision.verdict import Status, Verdict, render_message
-from ..replay.runner import run_call
+from ..replay.runner import RunResult, run_call
 from .judging import judge
 
 
@@ -75,7 +75,11 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
                    requires_grad=requires, seed=seed, reference=reference)
     if run.error:  # an output the two sides shape differently, or one side lacks: never a silent pass
         raise ValueError(f"check_call({resolved.api_name}): {run.error}")
-    rules = resolved.own_rules(rules or Rules.default())
+    return judge_run(resolved, run, resolved.own_rules(rules or Rules.default()), float32)
+
+
+def judge_run(resolved: ResolvedOp, run: RunResult, rules: Rules, float32: str = DEFAULT_POLICY) -> CallVerdict:
+    """Each output and input gradient of ``run`` judged against its golden, as check_call judges them."""
     # A gradient is judged as a backward entry: a chain of ops, each free to round (backward_roundings).
     judged = tuple((out.name, judge(out.actual, out.golden, baseline=out.baseline, op=resolved.api_name + _KEYS[direction],
                                     accumulation=out.accumulation or Accumulation(), rules=rules, notes=run.notes,

@@ -78,14 +78,15 @@ def order_widening(samples: float) -> float:
     return 1 + 2 * math.sqrt(2 / max(samples, 1))
 
 
-def order_rmse(golden, term_norm, fmt: FloatFormat, length: int, roundings: int, work, chunk: int = 1 << 18) -> float:
+def order_rmse(golden, term_norm, fmt: FloatFormat, length: float, roundings: int, work, chunk: int = 1 << 18) -> float:
     """The RMS error, expected, of the fair kernel that errs most where the output sums its terms: one
     that adds them one at a time, in the accumulator's precision (a pairwise or blocked sum errs less).
 
     Its partial sums S_k run from 0 to the result g as a bridge over the K terms of norm t, so
     sum_k S_k^2 is about K·(g^2/3 + t^2/6), and each addition errs ROUNDING_RMS·u_acc·|S_k|, at random;
     the terms' own roundings add TERM_ROUNDINGS·t^2 to that. The output's rounding, and each
-    intermediate one the rule counts, add ONE_ROUNDING_RMS·u of |g| or of the scale (t + |g|).
+    intermediate one the rule counts, add ONE_ROUNDING_RMS·u of |g| or of the scale (t + |g|). Where
+    terms repeat, ``length`` is K·repeats: runs of one value err alike (Accumulation.repeats).
     ``golden`` and ``term_norm`` are flat; finite elements only, ``chunk`` at a time."""
     u, u_acc = fmt.unit_roundoff, fmt.accumulator.unit_roundoff
     total, count = 0.0, 0

@@ -15,7 +15,7 @@ import torch
 
 from ..common.dtypes import FloatFormat, float_format
 from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
-from .metrics import CANCELLED, Accumulation, MetricParams, Metrics, WorstIndices, element_index
+from .metrics import CANCELLED, FIT_ELEMENTS, Accumulation, MetricParams, Metrics, WorstIndices, element_index
 from .row_statistics import alike_rows, repetition_of, rounding_bound, row_statistics, shared_shift
 
 _MIN_CHUNK = 1 << 16
@@ -137,7 +137,7 @@ def _order_rmse(flat_g, term_norm, sensitivity, fmt: FloatFormat | None, acc: Ac
     if fmt is None or not acc.plain_sum or acc.length <= 1 or term_norm is None or sensitivity is not None \
             or acc.shared or fmt.accumulator.unit_roundoff != fmt.unit_roundoff or acc.input_share(fmt):
         return 0.0
-    return order_rmse(flat_g, term_norm, fmt, acc.length, acc.roundings, work, _MAX_CHUNK)
+    return order_rmse(flat_g, term_norm, fmt, acc.length * acc.repeats, acc.roundings, work, _MAX_CHUNK)
 
 
 def _finite_rms(flat_g: torch.Tensor, device, work) -> float:
@@ -157,7 +157,7 @@ _SUMS = (
     "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias",
     "sum_bias_sq", "sum_magnitude_bias_sq", "sum_constant_share",
     "rounding_elements", "rounding_up", "rounding_larger", "over_bound",
-    "overflow", "range_overflow",
+    "overflow", "range_overflow", "sum_err", "sum_g", "sum_err_g",
 )
 
 
@@ -322,6 +322,7 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         count(((abs_err <= params.thousandth_rtol * abs_g + golden.small_value_atol) | (bound_ratio <= 1)) & both),
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
+        diff.sum(), g_fin.sum(), torch.dot(diff, g_fin),
     )).to(torch.float64)
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -401,7 +402,34 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
         overflow=int(s["overflow"]),
         range_overflow=int(s["range_overflow"]),
+        **_fitted(s, finite),
     )
+
+
+def _fitted(s: dict, finite: int) -> dict:
+    """The least-squares scale c and offset d of error = c·golden + d over the finite elements, and the
+    share of the squared error they explain: what lets a message call a scaling a scaling. Over fewer
+    than FIT_ELEMENTS, the better of a scale alone and an offset alone (two parameters fit most of any
+    error over a handful of elements)."""
+    total = s["sum_sq"]
+    if not finite or total <= 0:
+        return {}
+    gg, g, eg, e = s["norm_g"], s["sum_g"], s["sum_err_g"], s["sum_err"]
+    det = gg * finite - g * g
+    if finite < FIT_ELEMENTS:
+        by_scale = eg * eg / (gg * total) if gg > 0 else 0.0
+        by_offset = e * e / (finite * total)
+        if by_scale >= by_offset:
+            return {"fitted_scale": eg / gg, "fitted_offset": 0.0, "fit_share": min(by_scale, 1.0)}
+        return {"fitted_scale": 0.0, "fitted_offset": e / finite, "fit_share": min(by_offset, 1.0)}
+    if det > 1e-12 * gg * finite:
+        scale, offset = (eg * finite - g * e) / det, (gg * e - g * eg) / det
+    elif gg > 0:  # every golden alike: a scale and an offset are one; called a scale
+        scale, offset = eg / gg, 0.0
+    else:
+        scale, offset = 0.0, e / finite
+    explained = (scale * eg + offset * e) / total
+    return {"fitted_scale": scale, "fitted_offset": offset, "fit_share": min(max(explained, 0.0), 1.0)}
 
 
 def _spread(total: float, squares: float, count: float) -> float:

@@ -19,6 +19,11 @@ from ..common.math_modes import MathMode
 CANCELLED = 2.0**-4
 
 
+# Below this many elements the error's fit (Metrics.fitted_scale) takes a scale or an offset alone:
+# two parameters explain most of any error over a handful of elements.
+FIT_ELEMENTS = 16
+
+
 @dataclass(frozen=True)
 class Accumulation:
     """How much accumulation produced each output element, for the error-bound standard.
@@ -77,6 +82,9 @@ class Accumulation:
     # The output is one sum of its terms (term_norm their norm) that fair kernels only reorder: a
     # sequential sum is the fair order that errs most (Metrics.order_rmse).
     plain_sum: bool = False
+    # How many times a term's value recurs within its sum (bounds/terms/repeated_terms.py): roundings of one
+    # value added again and again err alike, so K of them count as K·repeats independent ones.
+    repeats: float = 1.0
     # The device's float32 math mode for this op where it is narrower than float32 (TF32, HF32):
     # each factor of the summed terms was rounded to it before the products (common/math_modes.py).
     math_mode: MathMode | None = None
@@ -95,8 +103,9 @@ class Accumulation:
         return self.rounded_once or (self.rounded_once_in_half and fmt.computed_wider)
 
     def per_scale(self, fmt: FloatFormat) -> float:
-        """The error bound's multiple of each element's scale: r·u + sqrt(K)·u_acc (see ErrorBound)."""
-        return self.roundings * fmt.unit_roundoff + math.sqrt(self.length) * fmt.accumulator.unit_roundoff
+        """The error bound's multiple of each element's scale: r·u + sqrt(K)·u_acc (see ErrorBound), K
+        counting each repeated term's roundings as correlated (sqrt(K·repeats))."""
+        return self.roundings * fmt.unit_roundoff + math.sqrt(self.length * self.repeats) * fmt.accumulator.unit_roundoff
 
 
 @dataclass(frozen=True)
@@ -213,6 +222,12 @@ class Metrics:
     # time makes, expected (element_bound.order_rmse); 0 elsewhere. The same for every output judged
     # against one golden: it depends on the golden and the terms alone.
     order_rmse: float = 0.0
+    # The least-squares fit of the error as fitted_scale·golden + fitted_offset (one of them alone below
+    # FIT_ELEMENTS), and the share of the squared error it explains (near 1: a scaling or an offset;
+    # near 0: noise or a few elements).
+    fitted_scale: float = 0.0
+    fitted_offset: float = 0.0
+    fit_share: float = 0.0
 
     def independent(self, count: float) -> float:
         """How many of ``count`` samples (elements, rows, groups) err independently of each other."""

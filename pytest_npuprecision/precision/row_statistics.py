@@ -127,7 +127,7 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
     once = acc.one_rounding(fmt)
     leans = torch.zeros(rows, 3, dtype=work, device=device)  # per row: rounding elements, up, larger
     total, count, worst, leaning = 0.0, 0, 0.0, 0.0
-    sums = RowSums(fmt, acc.roundings + RESIDUAL_ROUNDINGS) \
+    sums = RowSums(fmt, acc.roundings + RESIDUAL_ROUNDINGS, acc.repeats) \
         if acc.row_sum is not None and fmt.accumulator.unit_roundoff == fmt.unit_roundoff else None
     offset_size = flat_term_norm(acc.row_offset_size, shape, device, work)
     for start in range(0, flat_a.numel(), rows_per_chunk * acc.length):
@@ -139,11 +139,11 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
         p = torch.ones_like(g) if offset is None else offset[part].reshape(g.shape)
         q = g if origin is None else g - origin[part].reshape(g.shape)
         p, q = torch.where(finite, p, 0), torch.where(finite, q, 0)
-        alpha, c = _fit_two(error, p, q)
-        fit = alpha * p + c * q
         term = None if term_norm is None else term_norm[part].reshape(g.shape)
         moved = None if sensitivity is None else sensitivity[part].reshape(g.shape)
         abs_g = torch.where(finite, g.abs(), 0)
+        bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
+        fit, fit_noise = _fit_two(error, p, q, torch.where(finite, bound, 0))
         if sums is not None:
             lean = sums.add(acc.row_sum, error, g, p, q, finite,
                             None if offset_size is None else offset_size[part].reshape(g.shape))
@@ -151,8 +151,7 @@ def row_statistics(flat_a, flat_g, shape, term_norm, sensitivity, fmt: FloatForm
                 full = error_bound(abs_g, term, moved, fmt, acc.per_scale(fmt), golden_rms, work,
                                    acc.input_share(fmt), acc.roundings)
                 leaning += float(torch.where(finite, lean / full, 0).sum())
-        bound = error_bound(abs_g, term, moved, fmt, residual_scale, golden_rms, work, roundings=acc.roundings)
-        ratios = torch.where(finite, (error - fit).abs(), 0) / bound
+        ratios = torch.where(finite, (error - fit).abs(), 0) / (bound + fit_noise)
         total += float(ratios.sum())
         worst = max(worst, float(ratios.max()))
         count += int(finite.sum())
@@ -200,7 +199,8 @@ class RowSums:
     elements' own roundings (``per_element`` of them, u·|g| each), as a least-squares coefficient
     does: a share that only rows of a few elements notice. A sum kept in a narrower accumulator errs
     several times all that. Rows of alike terms are left out: there a sequential sum errs 89 u over
-    4096 terms of a near-constant softmax, where the bridge says 17.
+    4096 terms of a near-constant softmax, where the bridge says 17. Terms that repeat one value exactly
+    (a few distinct scores) err alike along each value's run: the bridge counts K·repeats additions.
 
     A centring norm may take its variance in one pass, E[x²] - mean², which errs with the values'
     distance r from their mean, in units of their spread: the sum of x² errs with (1 + r²) of the
@@ -209,9 +209,10 @@ class RowSums:
     the offset's, and would hide a mean summed too narrowly.
     """
 
-    def __init__(self, fmt: FloatFormat, per_element: int):
+    def __init__(self, fmt: FloatFormat, per_element: int, repeats: float = 1.0):
         self.u = fmt.unit_roundoff
         self.per_element = per_element
+        self.repeats = repeats  # Accumulation.repeats: runs of one term err alike, K·repeats roundings
         self.parts: dict[str, list[float]] = {}  # per coefficient: common², chance², vanished², rows
 
     def add(self, kind: str, error, g, p, q, finite, offset_size=None) -> torch.Tensor:
@@ -270,7 +271,8 @@ class RowSums:
         terms = torch.where(finite & torch.isfinite(terms), terms, 0)
         total = terms.sum(-1)
         length, square = finite.sum(-1).to(terms.dtype), terms.square().sum(-1)
-        sequential = ROUNDING_RMS**2 * (length * (total.square() / 3 + square / 6) + TERM_ROUNDINGS * square)
+        sequential = ROUNDING_RMS**2 * (length * self.repeats * (total.square() / 3 + square / 6)
+                                        + TERM_ROUNDINGS * square)
         size = total.abs().clamp(min=torch.finfo(terms.dtype).tiny)
         relative = terms.abs() / size[:, None]
         # Terms alike to within the sum's own spacing (2u of it, K terms in) round alike in every
@@ -337,18 +339,36 @@ def _clustered_noise(leans: torch.Tensor, repetition: Repetition | None) -> floa
     return worst * math.sqrt(rows / independent)
 
 
-def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, alpha and c ([rows, 1] each) of the least-squares alpha·p + c·q closest to e (one of
-    them alone where the two are parallel within rounding)."""
+def _fit_two(e: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+             spread: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per element, the least-squares alpha·p + c·q closest to e in its row (one of p, q alone where the
+    two are parallel within rounding), and how far that fit strays by chance where each element errs up
+    to ``spread`` on its own, independently: the standard error of the fitted value (the sandwich
+    A⁻¹BA⁻¹, A = XᵀX, B = Xᵀ·diag(spread²)·X, X = [p, q]).
+
+    The fit estimates a row's common offset and scale from the very errors it is taken from: where a few
+    elements' bounds are far smaller than the row's typical one (a layer norm whose eps dominates its
+    variance, outputs near zero where the bias is), the noise of the others' roundings reaches them
+    through the fit, up to 20 of their own bounds in a correctly rounded float32 row."""
     spp, spq, sqq = (p * p).sum(-1, keepdim=True), (p * q).sum(-1, keepdim=True), (q * q).sum(-1, keepdim=True)
     spe, sqe = (p * e).sum(-1, keepdim=True), (q * e).sum(-1, keepdim=True)
+    weight = spread.square()
+    bpp, bpq, bqq = (weight * p * p).sum(-1, keepdim=True), (weight * p * q).sum(-1, keepdim=True), \
+        (weight * q * q).sum(-1, keepdim=True)
     det = spp * sqq - spq * spq
     tiny = torch.finfo(e.dtype).tiny
     solvable = det > 1e-9 * spp * sqq
-    alpha = torch.where(solvable, (sqq * spe - spq * sqe) / det.clamp(min=tiny), 0)
-    c = torch.where(solvable, (spp * sqe - spq * spe) / det.clamp(min=tiny), 0)
+    inverse = 1 / det.clamp(min=tiny)
+    alpha = torch.where(solvable, (sqq * spe - spq * sqe) * inverse, 0)
+    c = torch.where(solvable, (spp * sqe - spq * spe) * inverse, 0)
+    # the fitted value's coefficients on the row's errors: x_j·A⁻¹·Xᵀ, its variance x_j·A⁻¹BA⁻¹·x_jᵀ
+    a_p, a_q = (sqq * p - spq * q) * inverse, (spp * q - spq * p) * inverse  # A⁻¹·x_j
+    variance = torch.where(solvable, a_p * a_p * bpp + 2 * a_p * a_q * bpq + a_q * a_q * bqq, 0)
     # parallel or one of them zero: the larger one alone
     alone_q = ~solvable & (sqq >= spp)
+    alone_p = ~solvable & ~alone_q
     c = torch.where(alone_q, sqe / sqq.clamp(min=tiny), c)
-    alpha = torch.where(~solvable & ~alone_q, spe / spp.clamp(min=tiny), alpha)
-    return alpha, c
+    alpha = torch.where(alone_p, spe / spp.clamp(min=tiny), alpha)
+    variance = torch.where(alone_q, q * q * bqq / sqq.square().clamp(min=tiny), variance)
+    variance = torch.where(alone_p, p * p * bpp / spp.square().clamp(min=tiny), variance)
+    return alpha * p + c * q, variance.clamp(min=0).sqrt()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .meanings import failure_sections, meaning
-from .metrics import Metrics
+from .metrics import FIT_ELEMENTS, Metrics
 from .second_look import Excused
 
 
@@ -181,13 +181,80 @@ def _dtype_max(dtype: str) -> float:
     return float(torch.finfo(getattr(torch, dtype)).max)
 
 
+# A fit of the error as a scale and an offset of the golden that explains this share of its squares
+# calls it a scaling or an offset; past their allowance in at most this share of the elements (and at
+# least one), a few elements far off.
+SYSTEMATIC = 0.5
+FEW = 1e-3
+# Over fewer than FIT_ELEMENTS the fit is a scale or an offset alone, which must explain nearly all of it.
+SYSTEMATIC_IN_FEW = 0.9
+
+
+def error_shape(verdict: Verdict) -> str | None:
+    """What the error of a failing verdict is, in a user's words: a scaling, an offset, a few elements far
+    off, a rounding that leans, or noise. None where it passed, or the header says it (inf and nan, bits)."""
+    m = verdict.metrics
+    failed = {c.metric for c in verdict.failures}
+    if not failed or m.nonfinite_mismatch or not m.finite or verdict.standard.endswith("binary"):
+        return None
+    systematic = m.fit_share >= (SYSTEMATIC if m.finite >= FIT_ELEMENTS else SYSTEMATIC_IN_FEW)
+    if systematic and abs(m.fitted_scale) * m.golden_rms >= abs(m.fitted_offset):
+        way = "larger" if m.fitted_scale > 0 else "smaller"
+        return (f"a scaling: the device's output is {_relative_size(abs(m.fitted_scale), verdict.dtype)} {way} "
+                f"than the golden throughout (that explains {_share_of(m.fit_share)} of the squared error)")
+    if systematic:
+        return (f"an offset: the device's output is shifted by {_number(m.fitted_offset, 3)} throughout, "
+                f"{_relative_size(abs(m.fitted_offset) / m.golden_rms, verdict.dtype)} of the golden's RMS "
+                f"(that explains {_share_of(m.fit_share)} of the squared error)")
+    count = mismatched(verdict)
+    if count is not None and 0 < count[0] <= max(1.0, FEW * count[1]):
+        if count[0] == 1:
+            return "one element far off: the rest lie within what the standard allows them"
+        return (f"a few elements far off: {count[0]} of {count[1]} {count[2]}, no common scale or offset; "
+                f"the rest lie within it")
+    if "rounding_bias" in failed:
+        return ("a rounding that leans: the elements a fair kernel rounds once err one way more often than "
+                "the other (truncation, or a wrong rounding mode)")
+    spread = f", {_number(m.mean_bound_ratio, 3)} times a fair kernel's bound on average" \
+        if verdict.standard.rpartition("+")[2] == "error_bound" else ""
+    return f"noise: errors of either sign, no common scale or offset{spread}"
+
+
+def _relative_size(relative: float, dtype: str) -> str:
+    """0.004 -> '0.4 %'; those under 0.1 % and 64 eps in the dtype's eps: '4 eps of float32'."""
+    eps = float(torch.finfo(getattr(torch, dtype)).eps) if hasattr(torch, dtype) else 0.0
+    if eps and relative < min(1e-3, 64 * eps):
+        return f"{_number(relative / eps, 3)} eps of {dtype}"
+    return f"{_number(100 * relative, 2)} %"
+
+
+# The check that measures each systematic error: where it failed, it leads a message that names that error.
+_MEASURED_BY = {"a scaling": ("magnitude_bound_bias", "bound_bias"), "an offset": ("bound_bias", "magnitude_bound_bias")}
+
+
+def _leading(failures: tuple[Check, ...], shape: str | None) -> tuple[Check, ...]:
+    """The failures in the standard's order, except that a scaling or an offset leads with the bias
+    check that measures it (a 0.4 % scaling with its magnitude bias at 5.8 times the limit, not its
+    mean bound ratio at 1.7)."""
+    kind = None if shape is None else shape.partition(":")[0]
+    for metric in _MEASURED_BY.get(kind, ()):
+        first = next((c for c in failures if c.metric == metric and c.status is Status.ERROR), None)
+        if first is not None:
+            return (first, *(c for c in failures if c is not first))
+    return failures
+
+
 def render_message(verdict: Verdict) -> str:
-    """A stable, line-oriented description of a verdict; failing checks first."""
+    """A stable, line-oriented description of a verdict; what the error is, then failing checks."""
     name = verdict.op or "<tensor>"
     shape = "x".join(map(str, verdict.shape)) or "scalar"
     lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]
-    # The first failing check, in the standard's order, decides: it leads in full, the rest share one line.
-    failures = verdict.failures
+    what = error_shape(verdict)
+    if what is not None:
+        lines.append(f"  the error: {what}")
+    # The first failing check, in the standard's order (or the bias that measures a scaling or an
+    # offset), decides: it leads in full, the rest share one line.
+    failures = _leading(verdict.failures, what)
     for check in failures[:1] or verdict.checks:
         text = f"  {check.describe()}"
         if check.baseline is not None:

@@ -13,6 +13,7 @@ import torch
 
 from ..backends import Backend
 from ..bounds.accumulation_rule import AccumulationRule
+from ..bounds.terms.repeated_terms import term_repeats
 from ..ops.catalogue import op_record
 from ..ops.resolution import ResolvedOp
 from ..precision.metrics import Accumulation
@@ -94,6 +95,7 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
     record = op_record(op.base_name)
     rule = rule or record.accumulation
     accumulation = _forward_sums(op, rule, args, kwargs, golden, notes)
+    accumulation = _with_repeats(op, accumulation, _summed_factors(rule, args, kwargs), notes)
     if record.is_rounded_once(args, kwargs):
         accumulation = replace(accumulation, rounded_once=True, exactly_rounded=record.is_exactly_rounded(args, kwargs))
     elif record.is_rounded_once_in_half(args, kwargs):
@@ -131,6 +133,43 @@ def forward_accumulation(op, args, kwargs, golden: Side, notes: list[str],
         except Exception as exc:
             notes.append(f"sensitivity of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
     return accumulation
+
+
+def _summed_factors(rule: AccumulationRule | None, args, kwargs, cotangent: torch.Tensor | None = None,
+                    path: str | None = None) -> list[torch.Tensor]:
+    """The tensors whose values multiply into each term of the op's sums (or of input ``path``'s
+    gradient, given the output's gradient): every operand of an op linear in each (a matmul's two, a
+    sum's one), or the first input of one that is not (a softmax's scores); never the bias it adds,
+    nor, for a gradient, the input it is of. A bias's gradient sums the output gradient alone."""
+    if rule is None:
+        return []
+    added = _added_path(rule, args, kwargs)
+    tensors = {p: t for p, t in tensor_paths(args, kwargs).items() if t.is_floating_point() and p != added}
+    if path is not None and path == added:
+        return [cotangent] if cotangent is not None else []
+    if rule.squared:
+        factors = [t for p, t in tensors.items() if p != path]
+    else:
+        factors = list(tensors.values())[:1]
+    return factors + ([cotangent] if cotangent is not None else [])
+
+
+def _with_repeats(op: ResolvedOp, accumulation: Accumulation, factors: list[torch.Tensor],
+                  notes: list[str]) -> Accumulation:
+    """The accumulation with its terms' repetition counted (bounds/terms/repeated_terms.py), said in a note."""
+    repeats = term_repeats(factors, accumulation.length) if factors else 1.0
+    if repeats < REPEATS_NOTED:
+        return accumulation
+    note = (f"the terms of {op.api_name}'s sums repeat (each value about {repeats:.0f} times in a sum of "
+            f"{accumulation.length}): adding one value again errs alike, so the bound counts those roundings "
+            f"as correlated, sqrt(K·{repeats:.0f}) of them")
+    if note not in notes:
+        notes.append(note)
+    return replace(accumulation, repeats=repeats)
+
+
+# Below this, terms repeat as seldom as distinct values collide by chance: counted as independent.
+REPEATS_NOTED = 1.5
 
 
 def _forward_sums(op, rule: AccumulationRule | None, args, kwargs, golden: Side, notes: list[str]) -> Accumulation:
@@ -207,8 +246,11 @@ def grad_accumulations(op, args, kwargs, golden: Side, grad_paths, cotangents, o
         if norm is None and length > 1:
             norm = _broadcast_term_norm(op, args, kwargs, golden, path, inputs[path].shape, cotangents)
         sensitivity = moved.get(rule.argument(path)) if rule is not None else None
-        result[f"grad.{path}"] = Accumulation(max(int(length), 1), norm,
-                                              sensitivity=None if sensitivity is None else sensitivity.to(golden.device))
+        accumulation = Accumulation(max(int(length), 1), norm,
+                                    sensitivity=None if sensitivity is None else sensitivity.to(golden.device))
+        factors = _summed_factors(rule, args, kwargs, cotangents.get("output.0"), path) if rule is not None \
+            else [cotangents["output.0"]] if "output.0" in cotangents else []
+        result[f"grad.{path}"] = _with_repeats(op, accumulation, factors, notes)
     return result
 
 

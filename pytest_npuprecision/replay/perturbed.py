@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..bounds import sampling_terms
+from ..bounds.terms import sampling_terms
 from ..common.dtypes import float_format
 from ..ops.catalogue import op_record
 from .sides import OpExecutionError, Side, run_side, tensor_paths
@@ -59,7 +59,7 @@ class Jitter:
     # the unit roundoff, where not the tensor's own dtype's (computed_roundoff; a saved factor)
     unit: float | None = None
     # Paths of sampling coordinates (grid_sample's grid): they also move as far as a fair kernel's
-    # rounding misplaces them (bounds/sampling_terms.py), in the compute dtype's unit roundoff.
+    # rounding misplaces them (bounds/terms/sampling_terms.py), in the compute dtype's unit roundoff.
     coordinates: frozenset[str] = frozenset()
 
     def __call__(self, t: torch.Tensor, dtype: torch.dtype, path: str | None = None) -> torch.Tensor:

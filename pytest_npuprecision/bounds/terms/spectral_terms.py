@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 _EPS = torch.finfo(torch.float64).eps
 # Wedin's bound on ||A+ - B+|| / ||A+|| for a perturbation that keeps the rank: (1 + sqrt 5) / 2 times

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 # Roundings a fair kernel makes in one coordinate: the scale, the product and the offset (grid_sample:
 # the shift by 1, the product by the size and the offset), each of up to (|coordinate| + 1) u.

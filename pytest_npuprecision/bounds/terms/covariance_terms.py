@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 # Vectorized kernels flush what falls below float32's normal range: that is a p's absolute accuracy.
 _UNDERFLOW_IN_U = 2.0 ** -126 / 2.0 ** -24  # float32's smallest normal, in units of its unit roundoff
@@ -32,8 +32,9 @@ class _Attention:
 
     def __init__(self, args: Sequence[Any], kwargs: Mapping[str, Any]):
         q, k, v = (argument(args, kwargs, i, name).detach().double() for i, name in enumerate(("query", "key", "value")))
-        if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
-            raise ValueError("grouped-query shapes have no sensitivity here")  # the plain bound then
+        self.groups = _query_groups(q, k, v)
+        if self.groups > 1:  # grouped-query attention: each key and value head serves `groups` query heads
+            k, v = k.repeat_interleave(self.groups, -3), v.repeat_interleave(self.groups, -3)
         scale = argument(args, kwargs, 6, "scale")
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         scores = scale * q @ k.transpose(-2, -1)
@@ -54,6 +55,28 @@ class _Attention:
         self.q, self.k, self.v, self.scale = q, k, v, scale
 
 
+def _query_groups(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
+    """How many query heads share each key and value head (1 for plain attention); ValueError, which
+    leaves the plain bound, where the shapes are neither."""
+    if k.shape[:-1] != v.shape[:-1] or q.dim() < 3 or q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)} and value {tuple(v.shape)} are not "
+                         f"attention's shapes")
+    heads, shared = q.shape[-3], k.shape[-3]
+    if heads % shared:
+        raise ValueError(f"{heads} query heads do not divide among {shared} key heads")
+    return heads // shared
+
+
+def _folded(per_query_head: torch.Tensor, groups: int) -> torch.Tensor:
+    """A key's or value's gradient terms, given per query head, folded onto the heads they share: the
+    group's independent errors add as an L2 norm."""
+    if groups == 1:
+        return per_query_head
+    shape = per_query_head.shape
+    split = per_query_head.reshape(*shape[:-3], shape[-3] // groups, groups, *shape[-2:])
+    return split.square().sum(-3).sqrt()
+
+
 def _summed(terms: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     """The L2 norm of the terms of ``terms @ other``: independent errors add up with random signs."""
     return (terms * terms @ (other * other)).sqrt()
@@ -72,8 +95,8 @@ def gradient_sensitivities(args: Sequence[Any], kwargs: Mapping[str, Any],
     moved_s = a.moved * (d_p - (a.p * d_p).sum(-1, keepdim=True)).abs()
     return {
         "query": a.scale * _summed(moved_s, a.k),
-        "key": a.scale * _summed(moved_s.transpose(-2, -1), a.q),
-        "value": _summed(a.moved.transpose(-2, -1), g),
+        "key": _folded(a.scale * _summed(moved_s.transpose(-2, -1), a.q), a.groups),
+        "value": _folded(_summed(a.moved.transpose(-2, -1), g), a.groups),
     }
 
 
@@ -85,5 +108,6 @@ def gradient_terms(args: Sequence[Any], kwargs: Mapping[str, Any], cotangent: to
     d_p = g @ a.v.transpose(-2, -1)
     d_p = d_p.abs() + (g * g @ (a.v * a.v).transpose(-2, -1)).sqrt()  # with its own dot product's terms
     d_s = a.p * (d_p + (a.p * d_p).sum(-1, keepdim=True))
-    return {"query": a.scale * _summed(d_s, a.k), "key": a.scale * _summed(d_s.transpose(-2, -1), a.q),
-            "value": _summed(a.p.transpose(-2, -1), g)}
+    return {"query": a.scale * _summed(d_s, a.k),
+            "key": _folded(a.scale * _summed(d_s.transpose(-2, -1), a.q), a.groups),
+            "value": _folded(_summed(a.p.transpose(-2, -1), g), a.groups)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 
 def _double(t) -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 
 def softmax_dim(x: torch.Tensor, dim: int | None) -> int:

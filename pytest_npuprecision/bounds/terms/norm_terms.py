@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .op_arguments import argument
+from ..op_arguments import argument
 
 
 def _double(t: Any) -> torch.Tensor | None:
