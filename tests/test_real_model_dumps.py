@@ -15,7 +15,10 @@ from fixtures import judged_here
 
 DUMPS = Path(__file__).resolve().parent / "data" / "real-models"
 MODELS = ("cnn_bn_1x1", "llama_block_bf16", "bert_autocast_bf16", "adamw_step", "fp16_overflow_mlp")
-MARGIN = 0.8  # no check of a fair case past this share of its limit
+MARGIN = 0.5  # no check of a fair case past this share of its limit
+# ... but those whose limit is the most a fair kernel errs, or a 6-sigma chance (docs/blind-spots.md,
+# "Checks that fair kernels come close to"): benchmarks/real_margins.py measured them at up to 0.71.
+CLOSE_BY_DESIGN = {"order_rmse_ratio": 0.8, "row_order_ratio": 0.8, "bound_bias": 0.8, "magnitude_bound_bias": 0.8}
 _modules = (f"planted_{i}" for i in itertools.count())
 
 
@@ -52,7 +55,7 @@ def test_a_cpu_device_passes_every_case_with_a_margin(pytester, model):
     assert bad == {}
     assert [k for k, r in records.items() if r["status"] == "skip"] == []
     close = [(k, o["name"], c["metric"], c["value"], c["limit"]) for k, r in records.items() for o, c in checks(r)
-             if c["upper"] and c["limit"] and c["value"] > MARGIN * c["limit"]]
+             if c["upper"] and c["limit"] and c["value"] > CLOSE_BY_DESIGN.get(c["metric"], MARGIN) * c["limit"]]
     assert close == []
 
 
