@@ -223,7 +223,7 @@ def test_query_blocks_bound_the_score_matrix(monkeypatch):
     untiled = fusion_attention(q, k, v, 2, "BNSD", **args)
     cotangent = torch.randn(untiled[0].shape, dtype=torch.float64)
     untiled_grads = torch.autograd.grad(untiled[0], (q, k, v), cotangent)
-    monkeypatch.setattr(attention, "SCORE_BLOCK_ELEMENTS", 2 * 96 * 5)  # 5 query rows per block
+    monkeypatch.setattr(attention.fusion, "SCORE_BLOCK_ELEMENTS", 2 * 96 * 5)  # 5 query rows per block
     with LargestTensor() as watch:
         tiled = fusion_attention(q, k, v, 2, "BNSD", **args)
         tiled_grads = torch.autograd.grad(tiled[0], (q, k, v), cotangent)

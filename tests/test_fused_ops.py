@@ -290,11 +290,17 @@ def half_calls(dtype):
         "npu_confusion_transpose": lambda: ref("npu_confusion_transpose")(x4, [0, 2, 1, 3], [2, 4, 24], True),
         "npu_sort_v2": lambda: ref("npu_sort_v2")(x4),
         "npu_moe_gating_top_k_softmax": lambda: ref("npu_moe_gating_top_k_softmax")(t(4, 8), None, 2),
+        "npu_moe_token_permute": lambda: ref("npu_moe_token_permute")(t(4, 8), torch.tensor([[0, 1], [1, 2], [0, 2], [2, 1]])),
+        "npu_moe_token_unpermute": lambda: ref("npu_moe_token_unpermute")(
+            t(8, 8), torch.arange(8, dtype=torch.int32).flip(0), t(4, 2).abs()),
+        "npu_quant_matmul": lambda: ref("npu_quant_matmul")(
+            torch.arange(40, dtype=torch.int8).reshape(5, 8) - 20, torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12,
+            torch.full((3,), 0.01), output_dtype=t(1).dtype),
     }
 
 
 FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,)}
-INT32_OUTPUTS = {"npu_moe_gating_top_k_softmax": (1, 2)}
+INT32_OUTPUTS = {"npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -58,11 +58,16 @@ def test_resolving_twice_returns_the_cached_object():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
-@pytest.mark.parametrize("api", ["NPU.npu_rms_norm", "NPU.atb.x"])
-def test_npu_ops_without_torch_npu_are_unsupported(api):
-    op = resolve(api)
-    assert op.func is None
-    assert op.unsupported.startswith(f"unsupported: {api}: torch_npu is not installed")
+def test_npu_ops_without_torch_npu_are_unsupported():
+    op = resolve("NPU.npu_rms_norm")
+    assert op.func is None and op.reference is not None  # judged offline
+    assert op.unsupported.startswith("unsupported: NPU.npu_rms_norm: torch_npu is not installed")
+
+
+def test_npu_ops_without_a_reference_skip_as_no_reference_with_or_without_torch_npu():
+    op = resolve("NPU.atb.x")
+    assert op.func is None and op.unsupported_reason == "no-reference"
+    assert "has no float64 reference here" in op.unsupported and "register_op('atb.x'" in op.unsupported
 
 
 @pytest.mark.parametrize(("api", "reason"), [
@@ -73,7 +78,7 @@ def test_npu_ops_without_torch_npu_are_unsupported(api):
     ("Functional.torch", "torch.nn.functional.torch is not a known operator"),
     ("VF.lstm", "torch._VF internals"),
     ("Distributed.all_reduce", "collective communication ops need a process group"),
-    ("MindSpeed.npu_x", "MindSpeed framework"),
+    ("MindSpeed.npu_x", "MindSpeed's npu_x has no float64 reference here"),
     ("Module.fc1.Linear", "whole nn.Module"),
     ("Mystery.op", "unknown prefix 'Mystery'"),
     ("gelu", "expected '<Prefix>.<name>'"),

@@ -272,6 +272,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_grouped_matmul": AccumulationRule(grouped_matmul_length),
     "npu_gmm": AccumulationRule(grouped_matmul_length),
     "npu_gmm_v2": AccumulationRule(grouped_matmul_length),
+    # Each token sums its topK expert outputs, each times its probability: linear in both.
+    "npu_moe_token_unpermute": AccumulationRule(
+        lambda a, k: 1 if argument(a, k, 2, "probs") is None else argument(a, k, 2, "probs").shape[-1], squared=True,
+        arguments=("permuted_tokens", "sorted_indices", "probs")),
     # As scaled_dot_product_attention: scores over D, weighted values over the keys (the longest
     # sequence for TND); backward also over the queries. The grad op's outputs are that backward.
     "npu_fusion_attention": AccumulationRule(

@@ -172,7 +172,7 @@ def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Se
     op = resolve(case.api.rsplit(".", 1)[0])
     offline = isinstance(settings.device, DumpedOutputs)
     if op.unsupported and not (offline and op.reference is not None):
-        raise CaseSkipped("unsupported-op", op.unsupported)
+        raise CaseSkipped(op.unsupported_reason, op.unsupported)
     _check_budget(case, entries, settings)
     try:
         materialized = materialize(case, data_dir, entries=entries)
@@ -270,6 +270,9 @@ def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings:
     the op: an input error of the dump."""
     if type(exc.__cause__).__name__ == "RandomFusedCall":  # a fused op's own check: its dropout is on
         return CaseSkipped("random-op", f"{case.key}: {exc.__cause__}")
+    if type(exc.__cause__).__name__ == "UnjudgedFusedCall":  # a mode its reference does not compute
+        return CaseSkipped("no-reference", f"{case.key}: {op.api_name}: {exc.__cause__}; register a reference "
+                                           f"for it with register_op to judge it")
     lacking = missing_kernel(op.api_name, exc.side, exc.__cause__) if exc.side.startswith("device") else None
     if lacking is not None:  # the device's torch is not built for this dtype: no fault of the dump or the replay
         return CaseSkipped("no-kernel", f"{case.key}: {lacking}")

@@ -85,13 +85,28 @@ NORMWISE = frozenset({"affine_grid"})
 # or a few (an add after cancellation, torch_npu's elementwise fused activations and rotations).
 ELEMENTWISE = frozenset({
     "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
-    "npu_geglu", "npu_gelu",
+    "npu_geglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
 })
 
 # The standards that judge one rounding per element: a rule that sums many terms contradicts them.
 _ONE_ROUNDING = frozenset({"absolute", "ulp"})
 # The standards whose limits scale with an accumulation: a reducing op they judge needs its reduction.
 _ACCUMULATING = frozenset({"error_bound", "thousandth"})
+
+
+# torch_npu ops whose call no single-op golden can judge: each case skips with this reason and why.
+_PROCESS_GROUP = ("needs-process-group", "{} runs a collective inside the kernel: its result needs every rank's "
+                  "inputs and a process group, which a single-op replay has not")
+UNJUDGED: Mapping[str, tuple[str, str]] = {
+    **{name: (_PROCESS_GROUP[0], _PROCESS_GROUP[1].format(name)) for name in (
+        "npu_mm_reduce_scatter_base", "npu_all_gather_base_mm", "npu_mm_all_reduce_base", "npu_alltoallv_gmm",
+        "npu_gmm_alltoallv", "npu_moe_distribute_dispatch", "npu_moe_distribute_combine",
+        "npu_moe_distribute_dispatch_v2", "npu_moe_distribute_combine_v2", "npu_moe_distribute_combine_add_rms_norm",
+        "npu_grouped_matmul_finalize_routing_all_reduce")},
+    **{name: ("not-a-computation", f"{name} asks the kernel for its workspace size, a number no golden computes")
+       for name in ("_npu_fused_infer_attention_score_get_max_workspace",
+                    "npu_fused_infer_attention_score_get_max_workspace")},
+}
 
 
 class CatalogueError(ValueError):
@@ -115,6 +130,8 @@ class OpRecord:
     # a matrix algorithm (a factorization, a solve): backward stable normwise, its inputs moved as a whole
     matrix_algorithm: bool = False
     normwise: bool = False  # stable only normwise: a matrix algorithm, or one of NORMWISE
+    # (skip reason, why) where a case of it has nothing a golden could compute (UNJUDGED)
+    unjudged: tuple[str, str] | None = None
 
     @property
     def standard(self) -> str | None:
@@ -185,7 +202,7 @@ class Catalogue:
 def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Mapping[str, FusedOp]) -> Catalogue:
     """The catalogue of every op the tables name, validated: raises CatalogueError naming the first op
     whose tables contradict each other."""
-    names = set(accumulation) | set(fused) | set(rules.ops) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
+    names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
         | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family}
     families = {name: family for family, members in MATH_FAMILIES.items() for name in members}
     records = {}
@@ -195,7 +212,7 @@ def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Map
             plain_sum=name in PLAIN_SUMS, rounded_once=name in ROUNDED_ONCE,
             rounded_once_in_half=name in ROUNDED_ONCE_IN_HALF, exactly_rounded=name in EXACTLY_ROUNDED,
             dtype_grid_golden=name in rules.dtype_grid_golden, matrix_algorithm=name in MATRIX_ALGORITHMS,
-            normwise=name in MATRIX_ALGORITHMS | NORMWISE)
+            normwise=name in MATRIX_ALGORITHMS | NORMWISE, unjudged=UNJUDGED.get(name))
         _validate(record, elementwise=name in ELEMENTWISE)
         records[name] = record
     return Catalogue(records)

@@ -28,9 +28,11 @@ _BINARY_DUNDERS = frozenset({
 _NOT_SINGLE_OPS = {
     "VF": "torch._VF internals (lstm, gru, ...) are not public ops; test the Functional or Torch op instead",
     "Distributed": "collective communication ops need a process group",
-    "MindSpeed": "MindSpeed ops belong to the MindSpeed framework, not to torch",
     "Module": "module entries cover a whole nn.Module, not a single op",
 }
+# torch's private multi-tensor kernels (an optimizer's fused step, its foreach norms) that msprobe records
+# under Torch; torch lists them under aten only, where they resolve.
+_ATEN_ONLY = ("_fused_", "_foreach_")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class ResolvedOp:
     kind: OpKind = "function"
     inplace: bool = False  # writes into args[0] (``add_``, ``__iadd__``, ``__setitem__``)
     unsupported: str | None = None
+    # The skip reason a case of it gives when it cannot run: unsupported-op, or no-reference (a torch_npu
+    # or MindSpeed op with no float64 reference here), or needs-process-group.
+    unsupported_reason: str = "unsupported-op"
     reference: Callable[..., Any] | None = None  # a registered custom op's golden (default: func itself)
     like: str | None = None  # a registered custom op's built-in twin, whose table rows apply
     standard: str | None = None  # a registered custom op's forward standard
@@ -124,8 +129,9 @@ def _torch_npu() -> tuple[Any | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _unsupported(api_name: str, reason: str) -> ResolvedOp:
-    return ResolvedOp(api_name=api_name, func=None, unsupported=f"unsupported: {api_name}: {reason}")
+def _unsupported(api_name: str, reason: str, code: str = "unsupported-op") -> ResolvedOp:
+    return ResolvedOp(api_name=api_name, func=None, unsupported=f"unsupported: {api_name}: {reason}",
+                      unsupported_reason=code)
 
 
 def _registered(api_name: str, name: str) -> ResolvedOp | None:
@@ -202,26 +208,54 @@ def _npu(api_name: str, name: str) -> ResolvedOp:
     live, yet an offline check (the dumped device) still judges it against the reference."""
     from .catalogue import op_record  # lazy: only dumps with NPU ops need the references
 
-    fused = op_record(name).reference
-    reference = None if fused is None else fused.reference
+    record = op_record(name)
+    if record.unjudged is not None:  # a collective or a workspace query: nothing a golden computes
+        return _unsupported(api_name, record.unjudged[1], record.unjudged[0])
+    reference = None if record.reference is None else record.reference.reference
+    if reference is None:  # live or offline, torch_npu or not: no float64 golden to judge it against
+        return _unsupported(api_name, _no_reference(f"torch_npu's {name}", name), "no-reference")
     module, problem = _torch_npu()
     if module is None:
-        found = _unsupported(api_name, f"torch_npu is not installed or does not import ({problem})"
-                                       + ("; check its recorded results offline with --npu-precision-device dumped"
-                                          if reference is not None else ""))
-        return found if reference is None else dataclasses.replace(found, reference=reference)
+        found = _unsupported(api_name, f"torch_npu is not installed or does not import ({problem}); check its "
+                                       f"recorded results offline with --npu-precision-device dumped")
+        return dataclasses.replace(found, reference=reference)
     func, why = allowlist.npu_operator(module, name)
     if func is None or not callable(func):
         found = _unsupported(api_name, f"not a known operator: {why or f'no such op {name!r} in torch_npu'}")
-        return found if reference is None else dataclasses.replace(found, reference=reference)
+        return dataclasses.replace(found, reference=reference)
     return ResolvedOp(api_name=api_name, func=func, inplace=is_inplace(api_name), reference=reference)
 
 
+def _no_reference(what: str, name: str) -> str:
+    return (f"{what} has no float64 reference here, so no golden can judge it; to judge it, register one in a "
+            f"conftest.py: register_op({name!r}, torch_npu.{name}, reference=<your float64 function>) "
+            f"(docs/ops.md lists the ops with references)")
+
+
+def _mindspeed(api_name: str, name: str) -> ResolvedOp:
+    """``MindSpeed.<module>.<op>``: MindSpeed's wrappers of torch_npu kernels, judged against the
+    reference of the op they wrap (ops/fused MINDSPEED_OPS). They run live only through MindSpeed, which
+    this harness does not import: offline (the dumped device) judges them."""
+    from .fused import MINDSPEED_OPS  # lazy: only dumps with MindSpeed ops need the references
+
+    fused = MINDSPEED_OPS.get(name)
+    if fused is None:
+        return _unsupported(api_name, _no_reference(f"MindSpeed's {name}", name.rpartition(".")[2]), "no-reference")
+    found = _unsupported(api_name, f"MindSpeed's {name} runs only inside MindSpeed; check its recorded results "
+                                   f"offline with --npu-precision-device dumped")
+    return dataclasses.replace(found, reference=fused.reference)
+
+
 def _torch(api_name: str, name: str) -> ResolvedOp:
-    """``Torch.<name>``: torch's, or torch.linalg's where msprobe hooks that under the same name."""
+    """``Torch.<name>``: torch's, or torch.linalg's where msprobe hooks that under the same name; a
+    private multi-tensor kernel (``_fused_adamw_``, ``_foreach_norm``) as its aten spelling."""
     options = []
     for qualified in namesakes.candidates(name):
         found, why = allowlist.torch_operator(qualified)
+        if found is None and name.startswith(_ATEN_ONLY):
+            found, _ = allowlist.aten_operator(name)
+            if found is not None:
+                return _callable(api_name, name, found, "function")
         if found is None:
             return _unsupported(api_name, f"not a known operator: {why}")
         options.append((qualified, found))
@@ -264,6 +298,8 @@ def _resolve_builtin(api_name: str, prefix: str, name: str) -> ResolvedOp:
         found, why = allowlist.aten_operator(name)
     elif prefix == "NPU":
         return _npu(api_name, name)
+    elif prefix == "MindSpeed":
+        return _mindspeed(api_name, name)
     else:
         return _unsupported(api_name, f"unknown prefix {prefix!r}: expected Functional, Tensor, Torch, Aten, NPU or Custom")
 

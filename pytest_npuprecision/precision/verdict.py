@@ -235,7 +235,7 @@ _MEASURED_BY = {"a scaling": ("magnitude_bound_bias", "bound_bias"), "an offset"
 def _leading(failures: tuple[Check, ...], shape: str | None) -> tuple[Check, ...]:
     """The failures in the standard's order, except that a scaling or an offset leads with the bias
     check that measures it (a 0.4 % scaling with its magnitude bias at 5.8 times the limit, not its
-    mean bound ratio at 1.7)."""
+    mean bound ratio at 1.7). Beside a baseline the benchmark's ratios lead, as its standard orders them."""
     kind = None if shape is None else shape.partition(":")[0]
     for metric in _MEASURED_BY.get(kind, ()):
         first = next((c for c in failures if c.metric == metric and c.status is Status.ERROR), None)
@@ -254,7 +254,7 @@ def render_message(verdict: Verdict) -> str:
         lines.append(f"  the error: {what}")
     # The first failing check, in the standard's order (or the bias that measures a scaling or an
     # offset), decides: it leads in full, the rest share one line.
-    failures = _leading(verdict.failures, what)
+    failures = _leading(verdict.failures, None if verdict.standard.startswith("benchmark") else what)
     for check in failures[:1] or verdict.checks:
         text = f"  {check.describe()}"
         if check.baseline is not None:

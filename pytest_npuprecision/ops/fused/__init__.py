@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import activations, attention, grouped_matmul, matmul, misc, norms, rotary
-from .record import FusedOp, RandomFusedCall
+from . import activations, attention, grouped_matmul, matmul, misc, moe, norms, quantization, rotary
+from .record import FusedOp, RandomFusedCall, UnjudgedFusedCall
 
 FUSED_OPS: Mapping[str, FusedOp] = {
-    op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc)
+    op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc, moe, quantization)
     for op in module.OPS
 }
 
@@ -23,4 +23,13 @@ def fused_op(name: str) -> FusedOp | None:
     return FUSED_OPS.get(name)
 
 
-__all__ = ["FUSED_OPS", "FusedOp", "RandomFusedCall", "fused_op"]
+# MindSpeed's own wrappers (msprobe's MindSpeed.<module>.<op>), by the name after "MindSpeed.": the
+# reference each is called as. Its record is the torch_npu op's of the same last name.
+MINDSPEED_OPS: Mapping[str, FusedOp] = {
+    "gmm.npu_gmm": FUSED_OPS["npu_gmm"],
+    "gmm.npu_gmm_v2": FUSED_OPS["npu_gmm_v2"],
+    "fusion_attention_v2.npu_fusion_attention": attention.MINDSPEED_FUSION_ATTENTION,
+}
+
+
+__all__ = ["FUSED_OPS", "MINDSPEED_OPS", "FusedOp", "RandomFusedCall", "UnjudgedFusedCall", "fused_op"]

@@ -10,6 +10,11 @@ class RandomFusedCall(Exception):
     """The call draws random numbers (dropout with keep_prob < 1): no golden can reproduce it."""
 
 
+class UnjudgedFusedCall(Exception):
+    """The call uses a mode the reference does not compute (an undocumented rounding, a packed
+    format): its case skips as no-reference, naming the mode, never blaming the dump."""
+
+
 @dataclass(frozen=True)
 class FusedOp:
     """One torch_npu fused op and its pure-torch reference."""

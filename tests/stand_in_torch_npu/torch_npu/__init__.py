@@ -12,7 +12,8 @@ selection, the INF_NAN report and the error messages can be tested on a machine 
   torch_npu's defaults are.
 - ``__version__`` is "2.13.0.standin".
 
-No kernel is registered: any tensor op on an npu tensor fails. Environment variables steer it, read
+No kernel is registered: any tensor op on an npu tensor fails, and the few ``npu_*`` ops it names (for
+the resolution of hooked ops) raise when called. Environment variables steer it, read
 on every call (the first one at import):
 
     STAND_IN_NPU_IMPORT_ERROR   set: the import raises ImportError, like torch_npu on a broken CANN install
@@ -117,6 +118,19 @@ npu.matmul = types.SimpleNamespace(allow_hf32=False)
 npu.conv = types.SimpleNamespace(allow_hf32=True)
 npu.standin_set_device_calls = standin_set_device_calls
 npu.standin_seeds = standin_seeds
+
+def _kernel(name: str):
+    """A torch_npu op as this stand-in has it: named, with no kernel behind it."""
+    def op(*args, **kwargs):
+        raise RuntimeError(f"stand-in torch_npu: {name} has no kernel")
+    op.__name__ = name
+    return op
+
+
+# A few of the ops msprobe hooks: ones the harness has float64 references for, and ones it has none for.
+for _name in ("npu_rms_norm", "npu_fusion_attention", "npu_grouped_matmul", "npu_quant_matmul",
+              "npu_moe_token_permute", "npu_moe_token_unpermute", "npu_dynamic_mx_quant", "npu_mm_reduce_scatter_base"):
+    globals()[_name] = _kernel(_name)
 
 sys.modules["torch_npu.npu"] = npu
 sys.modules["torch_npu.npu.utils"] = utils

@@ -14,10 +14,10 @@ from dataclasses import replace
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .attention_layout import check_layout, from_bnsd, query_head_dim, segments, to_bnsd
-from .attention_mask import Sparsity, as_4d_mask, check_mode
-from .opmath import int_list, opmath_dtype, statistic_dtype, widened
-from .record import FusedOp, RandomFusedCall
+from .layout import check_layout, from_bnsd, query_head_dim, segments, to_bnsd
+from .mask import Sparsity, as_4d_mask, check_mode
+from ..opmath import int_list, opmath_dtype, statistic_dtype, widened
+from ..record import FusedOp, RandomFusedCall, UnjudgedFusedCall
 
 SCORE_BLOCK_ELEMENTS = 1 << 22  # 32 MiB of float64 scores per block
 _STAT_COPIES = 8  # softmax_max and softmax_sum repeat each row's value 8 times, as the kernel stores them
@@ -208,6 +208,40 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
     if sink is not None:
         result += (by_name["sink"],)
     return result
+
+
+def mindspeed_fusion_attention(query, key, value, head_num, input_layout, *, pse=None, padding_mask=None,
+                               atten_mask=None, scale=1., keep_prob=1., pre_tokens=2147483647,
+                               next_tokens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
+                               actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False, pse_type=1,
+                               q_start_idx=None, kv_start_idx=None):
+    """MindSpeed's fusion_attention_v2.npu_fusion_attention(query, key, value, head_num, input_layout, *,
+    pse=None, padding_mask=None, atten_mask=None, scale=1., keep_prob=1., pre_tokens=2147483647,
+    next_tokens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
+    sparse_mode=0, gen_mask_parallel=True, sync=False, pse_type=1, q_start_idx=None, kv_start_idx=None)
+
+    torch_npu's npu_fusion_attention with the tokens spelled as words and pse_type: 1 adds pse before the
+    scale (scale * (pse + Q K^T)), 0 after it (scale * Q K^T + pse); 2 and 3 build an alibi pse inside
+    the kernel from q_start_idx and kv_start_idx, which this reference does not."""
+    if int(pse_type) not in (0, 1) or q_start_idx is not None or kv_start_idx is not None:
+        raise UnjudgedFusedCall(f"pse_type {pse_type} (an alibi built in the kernel from q_start_idx and "
+                                f"kv_start_idx) has no reference here")
+    if pse is not None and int(pse_type) == 0:  # scale * QK^T + pse = scale * (QK^T + pse / scale)
+        pse = pse / float(scale)
+    return npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, padding_mask=padding_mask,
+                                atten_mask=atten_mask, scale=scale, keep_prob=keep_prob, pre_tockens=pre_tokens,
+                                next_tockens=next_tokens, inner_precise=inner_precise, prefix=prefix,
+                                actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                sparse_mode=sparse_mode, gen_mask_parallel=gen_mask_parallel, sync=sync)
+
+
+MINDSPEED_FUSION_ATTENTION = FusedOp(
+    "npu_fusion_attention", mindspeed_fusion_attention,
+    "fusion_attention_v2.npu_fusion_attention(query, key, value, head_num, input_layout, *, pse=None, "
+    "padding_mask=None, atten_mask=None, scale=1., keep_prob=1., pre_tokens=2147483647, next_tokens=2147483647, "
+    "inner_precise=0, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, "
+    "gen_mask_parallel=True, sync=False, pse_type=1, q_start_idx=None, kv_start_idx=None)",
+    "as npu_fusion_attention", "pse_type 2 and 3 (an alibi built in the kernel); as npu_fusion_attention")
 
 
 OPS = (

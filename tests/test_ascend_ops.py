@@ -1,0 +1,336 @@
+"""The Ascend half (issue 52): MoE routing and quantised matmuls against their float64 references, MindSpeed's
+names and torch's fused optimizer names resolved, and no hooked op ever an input error.
+
+Each reference is checked against the documented formula on fixed inputs and against an independent
+formulation of it; a fair low-precision emulation passes and planted defects fail. A W8A8 MoE step recorded in
+msprobe's format (quantised grouped matmul, quant matmul, MindSpeed's gmm, fusion attention, a permute and
+unpermute around the experts, and an op with no reference) gives no input error offline, nor live with a
+stand-in torch_npu that has the ops but no kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_npuprecision import Status, check_call
+from pytest_npuprecision.ops.fused import FUSED_OPS, MINDSPEED_OPS
+from pytest_npuprecision.ops.resolution import resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+STAND_IN = Path(__file__).parent / "stand_in_torch_npu"
+permute = FUSED_OPS["npu_moe_token_permute"].reference
+unpermute = FUSED_OPS["npu_moe_token_unpermute"].reference
+quant_matmul = FUSED_OPS["npu_quant_matmul"].reference
+grouped_matmul = FUSED_OPS["npu_grouped_matmul"].reference
+
+
+def _routing(tokens: int = 64, hidden: int = 32, top_k: int = 2, experts: int = 8, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=generator).bfloat16()
+    indices = torch.stack([torch.randperm(experts, generator=generator)[:top_k] for _ in range(tokens)])
+    probs = torch.softmax(torch.randn(tokens, top_k, generator=generator), -1)
+    return x, indices, probs
+
+
+# ---------------------------------------------------------------- MoE routing
+
+
+def test_permute_follows_the_documented_formula_on_a_small_example():
+    tokens = torch.tensor([[1.0], [2.0], [3.0]])
+    indices = torch.tensor([[2, 0], [0, 1], [2, 1]])  # token 0 to experts 2 and 0, ...
+    permuted, sorted_indices = permute(tokens, indices)
+    # by expert, ties in token order: expert 0 gets tokens 0, 1; expert 1 tokens 1, 2; expert 2 tokens 0, 2
+    assert permuted.reshape(-1).tolist() == [1.0, 2.0, 2.0, 3.0, 1.0, 3.0]
+    assert sorted_indices.dtype == torch.int32
+    assert sorted_indices.tolist() == [4, 0, 1, 2, 5, 3]  # where each (token, k) copy landed
+    for i, slot in enumerate(sorted_indices.tolist()):  # permuted[sorted_indices[i]] = tokens[i // topK]
+        assert permuted[slot] == tokens[i // 2]
+
+
+def test_permute_and_unpermute_agree_with_an_independent_loop():
+    x, indices, probs = _routing()
+    permuted, sorted_indices = permute(x, indices)
+    by_expert = [(int(e), t) for e in range(8) for t in range(x.shape[0]) if e in indices[t].tolist()]
+    assert torch.equal(permuted, torch.stack([x[t] for _, t in by_expert]))
+    out = unpermute(permuted.float(), sorted_indices, probs)
+    expected = torch.zeros(x.shape[0], x.shape[1])
+    for row, (expert, token) in enumerate(by_expert):
+        k = indices[token].tolist().index(expert)
+        expected[token] += probs[token, k] * permuted[row].float()
+    torch.testing.assert_close(out, expected)
+    # with weights 1/topK each, unpermute undoes permute
+    torch.testing.assert_close(unpermute(permuted.float(), sorted_indices, torch.full_like(probs, 0.5)), x.float())
+
+
+def test_a_capacity_factor_drops_the_last_experts_copies():
+    x, indices, probs = _routing(tokens=8)
+    kept, sorted_indices = permute(x, indices, num_out_tokens=10)
+    assert kept.shape[0] == 10
+    full = unpermute(permute(x, indices)[0].float(), sorted_indices, probs)
+    dropped = unpermute(kept.float(), sorted_indices, probs)
+    lost = sorted_indices.reshape(-1, 2) >= 10
+    torch.testing.assert_close(dropped, full - (lost * probs)[..., None].mul(x.float()[:, None]).sum(1))
+
+
+def test_fair_routing_passes_and_wrong_routing_fails():
+    x, indices, probs = _routing()
+    assert check_call(permute, x, indices).status is Status.PASS
+    permuted, sorted_indices = permute(x, indices)
+    assert check_call(unpermute, permuted, sorted_indices, probs).status is Status.PASS
+
+    def swapped(*args, **kwargs):  # two rows of different experts exchanged
+        out, slots = permute(*args, **kwargs)
+        out = out.clone()
+        out[[0, -1]] = out[[-1, 0]]
+        return out, slots
+
+    def dropped(*args, **kwargs):  # one token's copy left zero
+        out, slots = permute(*args, **kwargs)
+        out = out.clone()
+        out[5] = 0
+        return out, slots
+
+    def off_by_one(*args, **kwargs):
+        out, slots = permute(*args, **kwargs)
+        return out, torch.where(torch.arange(slots.numel()) == 3, slots + 1, slots).to(torch.int32)
+
+    for defect in (swapped, dropped, off_by_one):
+        assert check_call(defect, x, indices, reference=permute).status is Status.ERROR, defect.__name__
+
+    def scaled(*args, **kwargs):
+        return (unpermute(*args, **kwargs).float() * 1.01).bfloat16()
+
+    def first_choice_only(permuted, slots, probs):  # the mask drops every token's second expert
+        return unpermute(permuted, slots, probs * torch.tensor([1.0, 0.0]))
+
+    for defect in (scaled, first_choice_only):
+        verdict = check_call(defect, permuted, sorted_indices, probs, reference=unpermute)
+        assert verdict.status is Status.ERROR, defect.__name__
+
+
+# ---------------------------------------------------------------- quantised matmuls
+
+
+def _w8a8(m: int = 16, k: int = 256, n: int = 32, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    x1 = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=generator)
+    x2 = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=generator)
+    scale = torch.rand(n, generator=generator) * 1e-3
+    per_token = torch.rand(m, generator=generator) + 0.5
+    return x1, x2, scale, per_token
+
+
+def test_quant_matmul_follows_the_documented_formula():
+    x1, x2, scale, per_token = _w8a8(m=3, k=5, n=4)
+    bias_int = torch.tensor([7, -3, 0, 100], dtype=torch.int32)
+    out = quant_matmul(x1, x2, scale, pertoken_scale=per_token, bias=bias_int, output_dtype=torch.float32)
+    for i in range(3):
+        for j in range(4):
+            exact = sum(int(x1[i, t]) * int(x2[t, j]) for t in range(5)) + int(bias_int[j])
+            assert out[i, j].item() == pytest.approx(exact * scale[j].item() * per_token[i].item(), rel=1e-6)
+    bias_float = torch.tensor([0.5, -0.25, 0.0, 1.0])  # a float bias adds after the scales
+    out = quant_matmul(x1, x2, scale, bias=bias_float, output_dtype=torch.float32)
+    exact = x1.double() @ x2.double() * scale.double() + bias_float.double()
+    torch.testing.assert_close(out.double(), exact, rtol=1e-6, atol=1e-6)
+
+
+def test_a_fair_quant_matmul_passes_and_a_scaled_or_transposed_one_fails():
+    x1, x2, scale, per_token = _w8a8(k=32, n=32)
+    bias = torch.randint(-1000, 1000, (32,), dtype=torch.int32)
+    call = dict(pertoken_scale=per_token, bias=bias, output_dtype=torch.bfloat16)
+    assert check_call(quant_matmul, x1, x2, scale, **call).status is Status.PASS
+    defects = {
+        "1 % scale": lambda *a, **k: (quant_matmul(*a, **k).float() * 1.01).bfloat16(),
+        "weight transposed": lambda a, b, *rest, **k: quant_matmul(a, b.t().contiguous(), *rest, **k),
+        "per-token scale ignored": lambda *a, **k: quant_matmul(*a, **{**k, "pertoken_scale": None}),
+    }
+    for label, defect in defects.items():
+        assert check_call(defect, x1, x2, scale, reference=quant_matmul, **call).status is Status.ERROR, label
+
+
+def _grouped_w8a8(seed: int = 0):
+    """As vllm-ascend's W8A8 MoE calls it: int8 x and a [G, K, N] int8 weight, per-group scales, per-token
+    scales, group sizes, a bfloat16 output, one tensor out."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(-128, 128, (24, 64), dtype=torch.int8, generator=generator)
+    weight = torch.randint(-128, 128, (3, 64, 16), dtype=torch.int8, generator=generator)
+    scale = torch.rand(3, 16, generator=generator) * 1e-3
+    per_token = torch.rand(24, generator=generator) + 0.5
+    sizes = torch.tensor([10, 6, 8])
+    return (x, weight), dict(scale=[scale], per_token_scale=[per_token], group_list=sizes, group_list_type=1,
+                             split_item=2, group_type=0, output_dtype=torch.bfloat16)
+
+
+def test_the_quantised_grouped_matmul_follows_each_groups_formula():
+    (x, weight), kwargs = _grouped_w8a8()
+    out, = grouped_matmul([x], [weight], **kwargs)
+    scale, per_token = kwargs["scale"][0], kwargs["per_token_scale"][0]
+    start = 0
+    for group, size in enumerate([10, 6, 8]):
+        rows = slice(start, start + size)
+        exact = (x[rows].double() @ weight[group].double()) * scale[group].double() * per_token[rows, None].double()
+        torch.testing.assert_close(out[rows].double(), exact, rtol=2**-8, atol=0)
+        start += size
+
+
+def test_the_quantised_grouped_matmul_is_judged_and_a_wrong_group_scale_fails():
+    (x, weight), kwargs = _grouped_w8a8()
+    assert check_call(grouped_matmul, [x], [weight], **kwargs).status is Status.PASS
+
+    def swapped_scales(xs, ws, **k):
+        return grouped_matmul(xs, ws, **{**k, "scale": [k["scale"][0].flip(0)]})
+
+    verdict = check_call(swapped_scales, [x], [weight], reference=grouped_matmul, **kwargs)
+    assert verdict.status is Status.ERROR
+
+
+# ---------------------------------------------------------------- names
+
+
+def test_mindspeed_and_fused_optimizer_names_resolve():
+    gmm = resolve("MindSpeed.gmm.npu_gmm")
+    assert gmm.reference is MINDSPEED_OPS["gmm.npu_gmm"].reference and gmm.base_name == "npu_gmm"
+    attention = resolve("MindSpeed.fusion_attention_v2.npu_fusion_attention")
+    assert attention.reference is MINDSPEED_OPS["fusion_attention_v2.npu_fusion_attention"].reference
+    unknown = resolve("MindSpeed.lcal_coc.npu_something")
+    assert unknown.unsupported_reason == "no-reference" and "register_op" in unknown.unsupported
+    for name in ("_fused_adamw_", "_fused_adam_", "_foreach_norm", "_foreach_add_"):
+        torch_name, aten_name = resolve(f"Torch.{name}"), resolve(f"Aten.{name}")
+        assert torch_name.func is not None and torch_name.func is aten_name.func, name
+
+
+def test_hooked_ops_without_a_reference_or_needing_a_process_group_skip_with_a_reason():
+    assert resolve("NPU.npu_dynamic_mx_quant").unsupported_reason == "no-reference"
+    assert resolve("NPU.npu_mm_reduce_scatter_base").unsupported_reason == "needs-process-group"
+    assert resolve("NPU._npu_fused_infer_attention_score_get_max_workspace").unsupported_reason == "not-a-computation"
+
+
+# ---------------------------------------------------------------- a W8A8 MoE step, recorded
+
+
+def _fair_gmm(x, weight, *, bias=None, group_list=None, group_type=0):
+    """MindSpeed's gmm as a fair kernel computes it: float32 accumulation, one rounding."""
+    ends = [0] + [int(v) for v in group_list]
+    outs = [x[a:b].float() @ weight[g].float() for g, (a, b) in enumerate(zip(ends, ends[1:]))]
+    return torch.cat(outs).to(x.dtype)
+
+
+def _dynamic_mx_quant_stand_in(x, *, axis=-1, round_mode="rint", dst_type=None, blocksize=32):
+    """An op msprobe hooks that has no reference here: returns something of the right kind."""
+    return (x.float() * 8).round().to(torch.int8), torch.ones(1)
+
+
+class W8A8MoE(torch.nn.Module):
+    """Route bfloat16 tokens to experts, quantise them, run the experts as a quantised grouped matmul, dequantise
+    through a quant matmul's head, attend, and run MindSpeed's gmm on the result."""
+
+    def __init__(self, npu, mindspeed):
+        super().__init__()
+        self.npu, self.mindspeed = npu, mindspeed
+        generator = torch.Generator().manual_seed(3)
+        self.experts = torch.randint(-128, 128, (4, 32, 16), dtype=torch.int8, generator=generator)
+        self.expert_scale = torch.rand(4, 16, generator=generator) * 1e-2
+        self.head = torch.randint(-128, 128, (16, 8), dtype=torch.int8, generator=generator)
+        self.head_scale = torch.rand(8, generator=generator) * 1e-2
+        self.gmm_weight = torch.nn.Parameter(torch.randn(2, 16, 16, generator=generator).bfloat16())
+
+    def forward(self, x):
+        npu = self.npu
+        generator = torch.Generator().manual_seed(5)
+        indices = torch.stack([torch.randperm(4, generator=generator)[:2] for _ in range(x.shape[0])])
+        probs = torch.softmax(torch.randn(x.shape[0], 2, generator=generator), -1)
+        permuted, slots = npu.npu_moe_token_permute(x, indices)
+        counts = torch.bincount(indices.reshape(-1), minlength=4)
+        quantised = (permuted.float() * 20).round().clamp(-128, 127).to(torch.int8)
+        per_token = torch.full((quantised.shape[0],), 0.05)
+        hidden, = npu.npu_grouped_matmul([quantised], [self.experts], scale=[self.expert_scale],
+                                         per_token_scale=[per_token], group_list=counts, group_list_type=1,
+                                         split_item=2, group_type=0, output_dtype=torch.bfloat16)
+        routed = npu.npu_moe_token_unpermute(hidden, slots, probs)
+        head = npu.npu_quant_matmul((routed.float() * 10).round().clamp(-128, 127).to(torch.int8), self.head,
+                                    self.head_scale, output_dtype=torch.bfloat16)
+        q = routed.reshape(1, x.shape[0], 16)
+        attended = npu.npu_fusion_attention(q, q, q, 2, "BSH", scale=0.25)[0].reshape(x.shape[0], 16)
+        mixed = getattr(self.mindspeed, "gmm.npu_gmm")(attended, self.gmm_weight, group_list=[8, 16])
+        npu.npu_dynamic_mx_quant(mixed)
+        return mixed.float().sum() + head.float().sum()
+
+
+def _fair_npu() -> types.SimpleNamespace:
+    """Fair stand-ins for the NPU kernels: the references run in float32 (their half types' opmath)."""
+    def fair(name):
+        reference = FUSED_OPS[name].reference
+        return lambda *a, **k: reference(*a, **k)
+    npu = types.SimpleNamespace(**{n: fair(n) for n in ("npu_moe_token_permute", "npu_moe_token_unpermute",
+                                                        "npu_grouped_matmul", "npu_quant_matmul",
+                                                        "npu_fusion_attention")})
+    npu.npu_dynamic_mx_quant = _dynamic_mx_quant_stand_in
+    return npu
+
+
+@pytest.fixture(scope="module")
+def moe_dump(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import make_example_dump as recording
+
+    npu, mindspeed = _fair_npu(), types.SimpleNamespace(**{"gmm.npu_gmm": _fair_gmm})
+    apis = recording.RECORDED_APIS
+    recording.RECORDED_APIS = (("NPU", npu, tuple(vars(npu))), ("MindSpeed", mindspeed, ("gmm.npu_gmm",)))
+    model = W8A8MoE(npu, mindspeed)
+    x = torch.randn(16, 32).bfloat16()
+    recording.DUMPS["moe_w8a8_tensor"] = ("tensor", lambda: (model, lambda: model(x)))
+    try:
+        out = tmp_path_factory.mktemp("moe")
+        recording.make_dump("moe_w8a8_tensor", out)
+    finally:
+        recording.RECORDED_APIS = apis
+        del recording.DUMPS["moe_w8a8_tensor"]
+    return out / "moe_w8a8_tensor"
+
+
+def _records(report: Path) -> dict[str, dict]:
+    return {r["key"]: r for r in map(json.loads, (report / "cases.jsonl").read_text().splitlines())}
+
+
+FORWARDS = {"NPU.npu_moe_token_permute.0.forward", "NPU.npu_grouped_matmul.0.forward",
+            "NPU.npu_moe_token_unpermute.0.forward", "NPU.npu_quant_matmul.0.forward",
+            "NPU.npu_fusion_attention.0.forward", "MindSpeed.gmm.npu_gmm.0.forward"}
+
+
+def test_the_moe_step_gives_no_input_error_offline_and_judges_every_referenced_op(pytester, moe_dump):
+    report = pytester.path / "report"
+    pytester.runpytest("--npu-precision", str(moe_dump), "--npu-precision-device", "dumped",
+                       "--npu-precision-report", str(report), "-p", "no:cacheprovider")
+    records = _records(report)
+    assert {k for k, r in records.items() if r["status"] in ("input-error", "harness-error")} == set()
+    assert FORWARDS <= set(records)
+    assert {k: r["status"] for k, r in records.items() if k in FORWARDS} == dict.fromkeys(FORWARDS, "pass"), \
+        {k: r["message"] for k, r in records.items() if k in FORWARDS}
+    mx = records["NPU.npu_dynamic_mx_quant.0.forward"]
+    assert (mx["status"], mx["reason"]) == ("skip", "no-reference") and "register_op" in mx["message"]
+
+
+def test_the_moe_step_gives_no_input_error_live_with_a_stand_in_torch_npu(pytester, moe_dump):
+    """torch_npu imports (the stand-in has the ops, with no kernels): a referenced op cannot run here and
+    skips, saying the dump is not at fault; one without a reference skips as no-reference, not as an
+    input error that fails the run (which each of msprobe's 215 unreferenced names did)."""
+    report = pytester.path / "report"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(STAND_IN), str(ROOT),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--npu-precision", str(moe_dump), "--npu-precision-device",
+                           "cpu", "--npu-precision-report", str(report), "-p", "no:cacheprovider", "-p", "no:xdist"],
+                          capture_output=True, text=True, env=env, cwd=pytester.path)
+    records = _records(report)
+    assert {k: r["message"] for k, r in records.items() if r["status"] in ("input-error", "harness-error")} == {}, \
+        done.stdout[-3000:]
+    assert records["NPU.npu_dynamic_mx_quant.0.forward"]["reason"] == "no-reference"
+    assert records["NPU.npu_quant_matmul.0.forward"]["reason"] == "replay-error"  # the stand-in's kernel raised
+    assert done.returncode == 5, done.stdout[-3000:]  # nothing judged, nothing failed: every case skipped
