@@ -334,3 +334,97 @@ def test_the_moe_step_gives_no_input_error_live_with_a_stand_in_torch_npu(pytest
     assert records["NPU.npu_dynamic_mx_quant.0.forward"]["reason"] == "no-reference"
     assert records["NPU.npu_quant_matmul.0.forward"]["reason"] == "replay-error"  # the stand-in's kernel raised
     assert done.returncode == 5, done.stdout[-3000:]  # nothing judged, nothing failed: every case skipped
+
+
+# ---------------------------------------------------------------- data movement
+
+
+def test_transpose_slice_and_broadcast_follow_their_documentation_and_are_judged_bit_exact():
+    x = torch.randn(2, 3, 5)
+    transpose, slice_, broadcast = (FUSED_OPS[n].reference for n in ("npu_transpose", "npu_slice", "npu_broadcast"))
+    assert transpose(x, (2, 0, 1)).shape == (5, 2, 3) and torch.equal(transpose(x, (2, 0, 1)), x.permute(2, 0, 1))
+    docs_example = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]], dtype=torch.float16)
+    assert slice_(docs_example, [0, 0], [2, 2]).tolist() == [[1, 2], [6, 7]]
+    assert torch.equal(broadcast(torch.arange(3.0)[None], (4, 3)), torch.arange(3.0).expand(4, 3))
+    for reference, args in ((transpose, (x, (2, 0, 1))), (slice_, (x, [0, 1, 1], [2, 2, 3])),
+                            (broadcast, (x[:, :1], (2, 4, 5)))):
+        assert check_call(reference, *args).status is Status.PASS
+
+        def one_ulp_off(*a, _reference=reference):
+            out = _reference(*a).clone()
+            out.view(-1)[0] = torch.nextafter(out.view(-1)[0], torch.tensor(float("inf")))
+            return out
+
+        assert check_call(one_ulp_off, *args, reference=reference).status is Status.ERROR
+
+
+# ---------------------------------------------------------------- dynamic quantization: the quantized standard
+
+dynamic_quant = FUSED_OPS["npu_dynamic_quant"].reference
+
+
+def test_dynamic_quant_follows_the_documented_formula():
+    x = torch.tensor([[1.0, -2.0, 0.5, 4.0], [0.0, 0.0, 0.0, 0.0]]).bfloat16()
+    y, scale = dynamic_quant(x)
+    assert y.dtype == torch.int8 and scale.dtype == torch.float32
+    assert scale.tolist() == pytest.approx([4 / 127, 0.0])
+    assert y.tolist() == [[32, -64, 16, 127], [0, 0, 0, 0]]  # 31.75 and 15.875 round to the nearest
+    golden, _ = dynamic_quant(x.double())  # the golden keeps the value before rounding
+    assert golden[0].tolist() == pytest.approx([31.75, -63.5, 15.875, 127.0])
+
+
+def _quantized_kernels(reference):
+    def rounded_away_from_zero(x, **kwargs):  # a fair kernel: half-way values go the other way
+        _, scale = reference(x, **kwargs)
+        q = x.float() * (1 if kwargs.get("smooth_scales") is None else kwargs["smooth_scales"].float()) / scale[..., None]
+        return (q.sign() * (q.abs() + 0.5).floor()).clamp(-128, 127).to(torch.int8), scale
+
+    def truncated(x, **kwargs):
+        _, scale = reference(x, **kwargs)
+        return (x.float() / scale[..., None]).trunc().to(torch.int8), scale
+
+    def one_off(x, **kwargs):
+        y, scale = reference(x, **kwargs)
+        y = y.clone()
+        y[3, 7] = y[3, 7] - 1 if y[3, 7] > -128 else y[3, 7] + 1
+        return y, scale
+
+    def scale_off(x, **kwargs):
+        y, scale = reference(x, **kwargs)
+        return y, scale * 1.01
+
+    def smoothing_ignored(x, **kwargs):
+        return reference(x)
+
+    return rounded_away_from_zero, (truncated, one_off, scale_off, smoothing_ignored)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_fair_dynamic_quant_passes_with_ties_either_way_and_defects_fail(dtype):
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 256, generator=generator).to(dtype)
+    smooth = (torch.rand(256, generator=generator) + 0.5).to(dtype)
+    fair, defects = _quantized_kernels(dynamic_quant)
+    for kernel in (dynamic_quant, fair):
+        verdict = check_call(kernel, x, smooth_scales=smooth, reference=dynamic_quant)
+        assert verdict.status is Status.PASS, verdict.message()
+    for defect in defects:
+        verdict = check_call(defect, x, smooth_scales=smooth, reference=dynamic_quant)
+        assert verdict.status is Status.ERROR, defect.__name__
+
+
+def test_dynamic_quant_applies_each_groups_smoothing_to_its_rows():
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 128, generator=generator).bfloat16()
+    smooth = (torch.rand(3, 128, generator=generator) + 0.5).bfloat16()
+    ends = torch.tensor([20, 50, 64], dtype=torch.int32)
+    y, scale = dynamic_quant(x, smooth_scales=smooth, group_index=ends)
+    expected, _ = dynamic_quant(x[20:50], smooth_scales=smooth[1])
+    assert torch.equal(y[20:50], expected)
+    assert check_call(dynamic_quant, x, smooth_scales=smooth, group_index=ends).status is Status.PASS
+
+    def groups_swapped(x, smooth_scales, group_index):
+        return dynamic_quant(x, smooth_scales=smooth_scales.flip(0), group_index=group_index)
+
+    verdict = check_call(groups_swapped, x, smooth_scales=smooth, group_index=ends, reference=dynamic_quant)
+    assert verdict.status is Status.ERROR

@@ -23,7 +23,7 @@ DUMP = FIXTURES / "mlp_tensor" / "step0" / "rank0" / "dump.json"
 BOMB = "\n".join(["a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]"] + [
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)])
 DTYPE_CONSTANTS = "rtol, ulp_threshold, thousandth_rtol, benchmark_floor"
-STANDARDS = "binary, absolute, ulp, thousandth, error_bound, benchmark"
+STANDARDS = "binary, quantized, absolute, ulp, thousandth, error_bound, benchmark"
 
 BAD_RULES = {
     "dtype constants that are a number": (

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from benchmarks import fair_invariants, fair_orders
 from defects import bias_32_eps, noise_64_ulp, off_by_1000_ulp
-from pytest_npuprecision import Status, check_call, render_message
+from pytest_npuprecision import Status, check_call, judge, render_message
 from pytest_npuprecision.checks.one_call import _resolved, judge_run
 from pytest_npuprecision.precision.rules import Rules
 from pytest_npuprecision.replay.runner import run_call
@@ -266,3 +266,12 @@ def test_grouped_query_attention_is_bounded_with_its_sensitivity():
                              backward=True)
         assert verdict.status is Status.PASS, verdict.message()
         assert not [n for n in verdict.notes if "unavailable" in n], verdict.notes
+
+
+def test_the_errors_fit_survives_values_whose_squares_underflow():
+    """Found by benchmarks/fair_invariants.py: over a few elements near 1e-160 the fit's sums of squares
+    multiply to below float64's range, and the fit divided by zero."""
+    golden = torch.tensor([1e-160, 2e-160, 3e-160], dtype=torch.float64)
+    verdict = judge(golden * 1.5, golden, op="Torch.exp")
+    assert verdict.status is Status.ERROR
+    assert render_message(verdict).splitlines()[1].startswith("  the error: a scaling")

@@ -293,13 +293,18 @@ def half_calls(dtype):
         "npu_moe_token_permute": lambda: ref("npu_moe_token_permute")(t(4, 8), torch.tensor([[0, 1], [1, 2], [0, 2], [2, 1]])),
         "npu_moe_token_unpermute": lambda: ref("npu_moe_token_unpermute")(
             t(8, 8), torch.arange(8, dtype=torch.int32).flip(0), t(4, 2).abs()),
+        "npu_dynamic_quant": lambda: ref("npu_dynamic_quant")(x4),
+        "npu_transpose": lambda: ref("npu_transpose")(x4, (3, 0, 2, 1)),
+        "npu_slice": lambda: ref("npu_slice")(x4, [0, 1, 1, 2], [2, 2, 3, 4]),
+        "npu_broadcast": lambda: ref("npu_broadcast")(t(1, 8), (3, 8)),
         "npu_quant_matmul": lambda: ref("npu_quant_matmul")(
             torch.arange(40, dtype=torch.int8).reshape(5, 8) - 20, torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12,
             torch.full((3,), 0.01), output_dtype=t(1).dtype),
     }
 
 
-FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,)}
+FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,), "npu_dynamic_quant": (1,)}
+INT8_OUTPUTS = {"npu_dynamic_quant": (0,)}
 INT32_OUTPUTS = {"npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,)}
 
 
@@ -312,7 +317,8 @@ def test_half_inputs_return_the_documented_dtypes(dtype):
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         for i, out in enumerate(outputs):
             want = torch.float32 if i in FLOAT32_STATISTICS.get(name, ()) else \
-                torch.int32 if i in INT32_OUTPUTS.get(name, ()) else dtype
+                torch.int32 if i in INT32_OUTPUTS.get(name, ()) else \
+                torch.int8 if i in INT8_OUTPUTS.get(name, ()) else dtype
             assert out.dtype == want, f"{name} output {i}: {out.dtype}, documented {want}"
             assert torch.isfinite(out.float()).all(), f"{name} output {i} is not finite"
 

@@ -118,7 +118,7 @@ def test_explicit_standard_wins():
         (lambda: judge(X, EXACT, dtype="fp16"), ValueError, "dtype 'fp16' is not a torch dtype: use float16"),
         (lambda: judge(X, EXACT, dtype=16), TypeError, "dtype must be a torch.dtype or its name, not int 16"),
         (lambda: judge(X, EXACT, standard="ulpp"), ValueError,
-         "standard 'ulpp' is unknown: use one of binary, absolute, ulp, thousandth, error_bound, benchmark"),
+         "standard 'ulpp' is unknown: use one of binary, quantized, absolute, ulp, thousandth, error_bound, benchmark"),
         (lambda: judge(X, EXACT, standard="benchmark"), ValueError,
          "standard 'benchmark' needs a baseline: pass baseline=<same op on a trusted device>"),
         (lambda: judge([1.0], EXACT), TypeError, "actual must be a torch.Tensor (or a Python number), not list"),
@@ -192,7 +192,7 @@ def test_warning_limits_give_a_warning_not_an_error():
     [
         ({"standardz": {}}, "override keys ['standardz'] are unknown: use dtypes, standards, levels, ops, backward_roundings or dtype_grid_golden"),
         ({"ops": {"gelu": {"standard": "fuzzy"}}},
-         "standard 'fuzzy' in op 'gelu' is unknown: use one of binary, absolute, ulp, thousandth, error_bound, benchmark"),
+         "standard 'fuzzy' in op 'gelu' is unknown: use one of binary, quantized, absolute, ulp, thousandth, error_bound, benchmark"),
         ({"ops": {"gelu": {"levle": "L2"}}},
          "op 'gelu' has unknown keys ['levle']: use standard, backward, level, roundings or limits"),
         ({"ops": {"gelu": {"limits": {"ulp": {"max_ulp_err": "big"}}}}},

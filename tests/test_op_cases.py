@@ -101,7 +101,7 @@ def test_registering_again_replaces_the_same_function_and_refuses_another():
     (dict(name="my op", fn=plus_one), "op name 'my op' is not a dotted identifier: use a name such as 'my_rms_norm'"),
     (dict(name="op", fn=3), "fn for op 'op' is a int, not a callable: pass the function"),
     (dict(name="op", fn=plus_one, standard="ulps"),
-     "standard 'ulps' for op 'op' is unknown: use one of binary, absolute, ulp, thousandth, error_bound, benchmark"),
+     "standard 'ulps' for op 'op' is unknown: use one of binary, quantized, absolute, ulp, thousandth, error_bound, benchmark"),
     (dict(name="op", fn=plus_one, like="rms norm"),
      "like='rms norm' for op 'op' is not an op name: use a built-in name such as 'rms_norm'"),
 ])

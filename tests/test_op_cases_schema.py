@@ -93,7 +93,7 @@ BAD_CASES = [
                                                      "say why, in reason:"),
     ("limits: {error_bound: {max_ulp_err: 16}}\n    reason: why", "field limits.error_bound.max_ulp_err: is not a "
      "metric of error_bound: use bound_bias, magnitude_bound_bias, max_bound_ratio, max_residual_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio, row_order_ratio"),
-    ("standard: benchmark", "field standard: 'benchmark' is not a standard op cases use: use one of binary, "
+    ("standard: benchmark", "field standard: 'benchmark' is not a standard op cases use: use one of binary, quantized, "
                             "absolute, ulp, thousandth, error_bound (benchmark is no case's own standard: it "
                             "judges beside one when the run has a live --npu-precision-baseline)"),
     ("roundings: 1", "field reason: is missing: a case that sets roundings must say which intermediates its kernel "

@@ -102,10 +102,21 @@ UNJUDGED: Mapping[str, tuple[str, str]] = {
         "npu_mm_reduce_scatter_base", "npu_all_gather_base_mm", "npu_mm_all_reduce_base", "npu_alltoallv_gmm",
         "npu_gmm_alltoallv", "npu_moe_distribute_dispatch", "npu_moe_distribute_combine",
         "npu_moe_distribute_dispatch_v2", "npu_moe_distribute_combine_v2", "npu_moe_distribute_combine_add_rms_norm",
-        "npu_grouped_matmul_finalize_routing_all_reduce")},
+        "npu_grouped_matmul_finalize_routing_all_reduce", "npu_all_gather_quant_mm", "npu_all_to_all_matmul",
+        "npu_all_to_all_quant_matmul", "npu_alltoallv_quant_gmm", "npu_matmul_all_to_all", "npu_quant_all_reduce",
+        "npu_quant_gmm_alltoallv", "npu_quant_matmul_all_to_all", "npu_quant_mm_reduce_scatter",
+        "npu_quant_reduce_scatter", "npu_moe_distribute_combine_setup", "npu_moe_distribute_combine_teardown",
+        "npu_moe_distribute_dispatch_setup", "npu_moe_distribute_dispatch_teardown")},
     **{name: ("not-a-computation", f"{name} asks the kernel for its workspace size, a number no golden computes")
        for name in ("_npu_fused_infer_attention_score_get_max_workspace",
-                    "npu_fused_infer_attention_score_get_max_workspace")},
+                    "npu_fused_infer_attention_score_get_max_workspace",
+                    "atb._npu_multi_head_latent_attention_get_workspace", "atb._npu_paged_attention_v2_get_workspace")},
+    **{name: ("not-a-computation", f"{name} manages the device (its memory, streams, limits or float status "
+                                   f"register) rather than computing a result a golden could")
+       for name in ("npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status", "erase_stream",
+                    "get_device_limit", "get_stream_limit", "set_device_limit", "set_stream_limit",
+                    "reset_stream_limit", "empty_with_format", "empty_with_swapped_memory", "npu_prefetch",
+                    "save_npugraph_tensor", "copy_memory_")},
 }
 
 

@@ -157,8 +157,11 @@ _SUMS = (
     "sum_bound", "sum_bias", "sum_magnitude_bias", "sum_shared_bias", "sum_shared_magnitude_bias",
     "sum_bias_sq", "sum_magnitude_bias_sq", "sum_constant_share",
     "rounding_elements", "rounding_up", "rounding_larger", "over_bound",
-    "overflow", "range_overflow", "sum_err", "sum_g", "sum_err_g",
+    "overflow", "range_overflow", "sum_err", "sum_g", "sum_err_g", "quantized_over",
 )
+# How far past half a unit a fair quantizer's integer may lie from its exact value, relative to it: the
+# float32 steps before its rounding (a smoothing product, the row's scale, the quotient) err a few u each.
+QUANTIZED_SLACK = 2.0**-20
 
 
 def _lean(rounding: torch.Tensor | None, signed: torch.Tensor, growth: torch.Tensor,
@@ -323,6 +326,7 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
         diff.sum(), g_fin.sum(), torch.dot(diff, g_fin),
+        count(both & (abs_err > 0.5 + QUANTIZED_SLACK * abs_g.clamp(min=1))),
     )).to(torch.float64)
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -400,6 +404,7 @@ def _combine(totals: _Totals, actual: torch.Tensor, golden_rms: float) -> Metric
         rounding_elements=int(s["rounding_elements"]),
         rounding_bias=mean(max(abs(s["rounding_up"]), abs(s["rounding_larger"])), s["rounding_elements"]),
         over_bound=int(s["over_bound"]) if actual.dtype.is_floating_point else 0,
+        quantized_over=int(s["quantized_over"]),
         overflow=int(s["overflow"]),
         range_overflow=int(s["range_overflow"]),
         **_fitted(s, finite),
@@ -417,8 +422,8 @@ def _fitted(s: dict, finite: int) -> dict:
     gg, g, eg, e = s["norm_g"], s["sum_g"], s["sum_err_g"], s["sum_err"]
     det = gg * finite - g * g
     if finite < FIT_ELEMENTS:
-        by_scale = eg * eg / (gg * total) if gg > 0 else 0.0
-        by_offset = e * e / (finite * total)
+        by_scale = (eg / math.sqrt(gg)) ** 2 / total if gg > 0 else 0.0  # no product of tiny sums: it underflows
+        by_offset = (e / math.sqrt(finite)) ** 2 / total
         if by_scale >= by_offset:
             return {"fitted_scale": eg / gg, "fitted_offset": 0.0, "fit_share": min(by_scale, 1.0)}
         return {"fitted_scale": 0.0, "fitted_offset": e / finite, "fit_share": min(by_offset, 1.0)}

@@ -19,7 +19,7 @@ import yaml
 
 from .metrics import MetricParams
 
-STANDARD_NAMES = ("binary", "absolute", "ulp", "thousandth", "error_bound", "benchmark")
+STANDARD_NAMES = ("binary", "quantized", "absolute", "ulp", "thousandth", "error_bound", "benchmark")
 LEVELS = ("L0", "L1", "L2")
 MAX_ROUNDINGS = 64  # intermediate roundings: a fair kernel makes a handful; more is no precision standard
 

@@ -79,6 +79,21 @@ class Standard:
         raise NotImplementedError
 
 
+class Quantized(Standard):
+    """A quantizer's integer output (the op table's quantized ops), against the exact value before its
+    rounding: each element the nearest integer, or either neighbour where that value lies within its
+    compute slack of a half-way point (half-way values may round either way). Its float outputs (a
+    scale) fall to the error bound."""
+
+    name, worst = "quantized", "abs"
+
+    def applies(self, subject: Subject) -> bool:
+        return subject.table_standard == self.name and not subject.dtype.is_floating_point
+
+    def checks(self, m, limits, baseline, floor):
+        return [_check("quantized_mismatch", m.quantized_over, limits["quantized_mismatch"])]
+
+
 class Binary(Standard):
     """Integer, bool and index outputs, and ops that must be bit-exact: no element may differ."""
 
@@ -372,7 +387,7 @@ def beside_baseline(own: Standard, m: Metrics, baseline: Metrics, limits: dict[s
     return kept, forgiven
 
 
-STANDARDS: tuple[Standard, ...] = (Binary(), Benchmark(), AbsoluteThreshold(), Ulp(), Thousandth(), ErrorBound())
+STANDARDS: tuple[Standard, ...] = (Quantized(), Binary(), Benchmark(), AbsoluteThreshold(), Ulp(), Thousandth(), ErrorBound())
 BY_NAME = {s.name: s for s in STANDARDS}
 
 

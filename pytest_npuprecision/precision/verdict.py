@@ -153,6 +153,8 @@ def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
         return m.nonfinite_mismatch, m.numel, "whose inf or nan disagrees with the golden"
     if own == "binary":
         return m.binary_mismatch, m.numel, "not bit-equal to the golden"
+    if own == "quantized":
+        return m.quantized_over, m.numel, "not their exact value rounded to a nearest integer"
     if not m.finite:
         return None
     if own == "absolute":
@@ -195,7 +197,7 @@ def error_shape(verdict: Verdict) -> str | None:
     off, a rounding that leans, or noise. None where it passed, or the header says it (inf and nan, bits)."""
     m = verdict.metrics
     failed = {c.metric for c in verdict.failures}
-    if not failed or m.nonfinite_mismatch or not m.finite or verdict.standard.endswith("binary"):
+    if not failed or m.nonfinite_mismatch or not m.finite or verdict.standard.endswith(("binary", "quantized")):
         return None
     systematic = m.fit_share >= (SYSTEMATIC if m.finite >= FIT_ELEMENTS else SYSTEMATIC_IN_FEW)
     if systematic and abs(m.fitted_scale) * m.golden_rms >= abs(m.fitted_offset):

@@ -1,4 +1,4 @@
-"""Ops that move or select: confusion transpose, sort without indices, MoE gating top-k."""
+"""Ops that move or select: transposes, slices, broadcasts, sort without indices, MoE gating top-k."""
 
 from __future__ import annotations
 
@@ -17,6 +17,23 @@ def npu_confusion_transpose(self, perm, shape, transpose_first):
     if transpose_first:
         return self.permute(perm).reshape(shape)
     return self.reshape(shape).permute(perm)
+
+
+def npu_transpose(self, perm, require_contiguous=True):
+    """torch_npu.npu_transpose(self, perm, require_contiguous=True) -> Tensor: self with its dims permuted,
+    contiguous (require_contiguous only chooses the kernel's speed)."""
+    return self.permute(int_list(perm)).contiguous()
+
+
+def npu_slice(self, offsets, size):
+    """torch_npu.npu_slice(self, offsets, size) -> Tensor: size[d] elements from offsets[d] along each dim."""
+    index = tuple(slice(start, start + length) for start, length in zip(int_list(offsets), int_list(size)))
+    return self[index].contiguous()
+
+
+def npu_broadcast(self, size):
+    """torch_npu.npu_broadcast(self, size) -> Tensor: self expanded to size (its singleton dims repeated)."""
+    return self.expand(int_list(size)).contiguous()
 
 
 def npu_sort_v2(self, dim=-1, descending=False, out=None):
@@ -50,6 +67,9 @@ def npu_moe_gating_top_k_softmax(x, finished=None, k=1):
 OPS = (
     FusedOp("npu_confusion_transpose", npu_confusion_transpose,
             "npu_confusion_transpose(self, perm, shape, transpose_first)", "output"),
+    FusedOp("npu_transpose", npu_transpose, "npu_transpose(self, perm, require_contiguous=True)", "output"),
+    FusedOp("npu_slice", npu_slice, "npu_slice(self, offsets, size)", "output"),
+    FusedOp("npu_broadcast", npu_broadcast, "npu_broadcast(self, size)", "output"),
     FusedOp("npu_sort_v2", npu_sort_v2, "npu_sort_v2(self, dim=-1, descending=False, out=None)", "sorted values",
             "out is not written"),
     FusedOp("npu_moe_gating_top_k_softmax", npu_moe_gating_top_k_softmax,

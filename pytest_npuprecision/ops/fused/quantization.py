@@ -1,10 +1,13 @@
-"""Quantised matmuls: an exact integer product, then the few float roundings of dequantization (scale,
-per-token scale, offset, bias, the output cast), judged against the float64 dequantized product."""
+"""Quantization: per-token dynamic quantization, whose float64 golden is the exact value before rounding
+(judged by the quantized standard), and quantised matmuls: an exact integer product, then the few float
+roundings of dequantization (scale, per-token scale, offset, bias, the output cast), judged against the
+float64 dequantized product."""
 
 from __future__ import annotations
 
 import torch
 
+from .opmath import int_list
 from .record import FusedOp, UnjudgedFusedCall
 
 
@@ -41,9 +44,43 @@ def npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=No
     return y.to(output_dtype)
 
 
+INT8_MAX = 127
+
+
+def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None):
+    """torch_npu.npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None) -> (y, scale)
+
+    Symmetric per-token int8 quantization over the last dim: x (times smooth_scales; with group_index,
+    smooth_scales[g] times rows group_index[g-1]:group_index[g]) is divided by scale = its row's largest
+    |value| / 127, and rounded: y int8, scale float32 of x's shape less its last dim. In a float64 call
+    (the golden) y is that quotient unrounded, which the quantized standard rounds either way at a half."""
+    if dst_type is not None and dst_type != torch.int8:
+        raise UnjudgedFusedCall(f"dst_type {dst_type} (int4 packed into int32) has no reference here")
+    golden = x.dtype == torch.float64
+    wide = torch.float64 if golden else torch.float32
+    values = x.to(wide)
+    if smooth_scales is not None and group_index is None:
+        values = values * smooth_scales.to(wide)
+    elif smooth_scales is not None:
+        rows, start = values.reshape(-1, values.shape[-1]).clone(), 0
+        for group, end in enumerate(int_list(group_index)):
+            rows[start:end] = rows[start:end] * smooth_scales[group].to(wide)
+            start = max(start, end)
+        values = rows.reshape(values.shape)
+    scale = values.abs().amax(-1) / INT8_MAX
+    quotient = torch.where(scale[..., None] > 0, values / scale[..., None].clamp(min=torch.finfo(wide).tiny), 0)
+    quotient = quotient.clamp(-INT8_MAX - 1, INT8_MAX)
+    if golden:
+        return quotient, scale
+    return torch.round(quotient).to(torch.int8), scale.to(torch.float32)
+
+
 OPS = (
     FusedOp("npu_quant_matmul", npu_quant_matmul,
             "npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, "
             "x1_dtype=None, x2_dtype=None, pertoken_scale_dtype=None, scale_dtype=None, group_sizes=None)",
             "output", "int4 (packed int32) inputs, an int64 scale, an int8 output, block-wise and mx/fp8 formats"),
+    FusedOp("npu_dynamic_quant", npu_dynamic_quant,
+            "npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)",
+            "y (int8; unrounded in the float64 golden), scale (float32)", "dst_type torch.quint4x2 (int4 packing)"),
 )
