@@ -66,7 +66,7 @@ BAD_FIELDS = {
                                      "field limits.error_bound.max_ulp_err: is not a metric of error_bound: use "
                                      "bound_bias, magnitude_bound_bias, max_bound_ratio, max_residual_ratio, mean_bound_ratio, mean_residual_ratio, order_rmse_ratio, row_order_ratio"),
     "the benchmark standard": ("limits: {benchmark: {rmse_ratio: 2}}\n    reason: why",
-                               "field limits.benchmark: is not a standard op cases use: use one of binary, absolute, "
+                               "field limits.benchmark: is not a standard op cases use: use one of binary, quantized, absolute, "
                                "ulp, thousandth, error_bound"),
     "a regression input above the folder": ("inputs: [{file: ../../_secret/secret.pt}]",
                                             "field inputs[0].file: '../../_secret/secret.pt' leads out of the case "
