@@ -428,3 +428,60 @@ def test_dynamic_quant_applies_each_groups_smoothing_to_its_rows():
 
     verdict = check_call(groups_swapped, x, smooth_scales=smooth, group_index=ends, reference=dynamic_quant)
     assert verdict.status is Status.ERROR
+
+
+# ---------------------------------------------------------------- optimizer updates
+
+adam_w, adam = FUSED_OPS["npu_apply_adam_w"].reference, FUSED_OPS["npu_apply_adam"].reference
+
+
+def _optimizer_state(n: int = 4096, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, generator=generator), torch.randn(n, generator=generator) * 1e-3,
+            torch.rand(n, generator=generator) * 1e-6, torch.randn(n, generator=generator) * 1e-3)
+
+
+def test_adam_w_and_adam_agree_with_torchs_optimizers_on_a_first_step():
+    """From a zero state torch_npu's powers are those before the step (AdamW multiplies them once; Adam's
+    are the step's own, as TensorFlow's ApplyAdam): torch.optim's first step, an independent formula. epsilon
+    0: TensorFlow's adds it outside the bias correction, torch's inside (sqrt(1 - beta2) apart)."""
+    var, _, _, grad = _optimizer_state(256)
+    zeros = torch.zeros_like(var)
+    for name, reference, powers, optimizer in (
+            ("AdamW", adam_w, (1.0, 1.0), torch.optim.AdamW), ("Adam", adam, (0.9, 0.999), torch.optim.Adam)):
+        parameter = torch.nn.Parameter(var.double().clone())
+        decay = 0.01 if name == "AdamW" else 0.0
+        step = optimizer([parameter], lr=1e-3, betas=(0.9, 0.999), eps=0.0, weight_decay=decay)
+        parameter.grad = grad.double()
+        step.step()
+        scalars = (*powers, 1e-3, *((decay,) if name == "AdamW" else ()), 0.9, 0.999, 0.0, grad.double())
+        rest = (None, False, False) if name == "AdamW" else (False, False)
+        updated, m, v = reference(*scalars, *rest, out=(var.double(), zeros.double(), zeros.double()))
+        torch.testing.assert_close(updated, parameter.detach(), rtol=1e-12, atol=1e-13, msg=name)
+        torch.testing.assert_close(m, 0.1 * grad.double())
+
+
+def test_fair_optimizer_steps_pass_and_wrong_ones_fail():
+    var, m, v, grad = _optimizer_state()
+    adam_w_args = (0.9**10, 0.999**10, 1e-3, 0.01, 0.9, 0.999, 1e-8, grad, None, False, False)
+    adam_args = (0.9**10, 0.999**10, 1e-3, 0.9, 0.999, 1e-8, grad, False, False)
+    assert check_call(adam_w, *adam_w_args, out=(var, m, v)).status is Status.PASS
+    assert check_call(adam, *adam_args, out=(var, m, v)).status is Status.PASS
+
+    def lr_off(*args, out):
+        return adam_w(*args[:2], args[2] * 1.01, *args[3:], out=out)
+
+    def no_bias_correction(*args, out):
+        return adam_w(0.0, 0.0, *args[2:], out=out)
+
+    def decay_missed(*args, out):
+        return adam_w(*args[:3], 0.0, *args[4:], out=out)
+
+    for defect in (lr_off, no_bias_correction, decay_missed):
+        assert check_call(defect, *adam_w_args, out=(var, m, v), reference=adam_w).status is Status.ERROR, \
+            defect.__name__
+
+    def nesterov_where_not_asked(*args, out):
+        return adam(*args[:8], True, out=out)
+
+    assert check_call(nesterov_where_not_asked, *adam_args, out=(var, m, v), reference=adam).status is Status.ERROR

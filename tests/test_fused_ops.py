@@ -294,6 +294,10 @@ def half_calls(dtype):
         "npu_moe_token_unpermute": lambda: ref("npu_moe_token_unpermute")(
             t(8, 8), torch.arange(8, dtype=torch.int32).flip(0), t(4, 2).abs()),
         "npu_dynamic_quant": lambda: ref("npu_dynamic_quant")(x4),
+        "npu_apply_adam_w": lambda: ref("npu_apply_adam_w")(0.9, 0.99, 1e-3, 0.01, 0.9, 0.999, 1e-8, t(8), None,
+                                                           False, False, out=(t(8), t(8), t(8).abs())),
+        "npu_apply_adam": lambda: ref("npu_apply_adam")(0.9, 0.99, 1e-3, 0.9, 0.999, 1e-8, t(8), False, False,
+                                                       out=(t(8), t(8), t(8).abs())),
         "npu_transpose": lambda: ref("npu_transpose")(x4, (3, 0, 2, 1)),
         "npu_slice": lambda: ref("npu_slice")(x4, [0, 1, 1, 2], [2, 2, 3, 4]),
         "npu_broadcast": lambda: ref("npu_broadcast")(t(1, 8), (3, 8)),

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import activations, attention, grouped_matmul, matmul, misc, moe, norms, quantization, rotary
+from . import activations, attention, grouped_matmul, matmul, misc, moe, norms, optimizers, quantization, rotary
 from .record import FusedOp, RandomFusedCall, UnjudgedFusedCall
 
 FUSED_OPS: Mapping[str, FusedOp] = {
-    op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc, moe, quantization)
+    op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc, moe, quantization,
+                               optimizers)
     for op in module.OPS
 }
 
