@@ -326,7 +326,8 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
         diff.sum(), g_fin.sum(), torch.dot(diff, g_fin),
-        count(both & (abs_err > 0.5 + QUANTIZED_SLACK * abs_g.clamp(min=1))),
+        # a quantizer's integers against an unrounded golden: integer outputs only (quantized standard)
+        zero if fmt is not None else count(both & (abs_err > 0.5 + QUANTIZED_SLACK * abs_g.clamp(min=1))),
     )).to(torch.float64)
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])
@@ -420,13 +421,13 @@ def _fitted(s: dict, finite: int) -> dict:
     if not finite or total <= 0:
         return {}
     gg, g, eg, e = s["norm_g"], s["sum_g"], s["sum_err_g"], s["sum_err"]
-    det = gg * finite - g * g
     if finite < FIT_ELEMENTS:
         by_scale = (eg / math.sqrt(gg)) ** 2 / total if gg > 0 else 0.0  # no product of tiny sums: it underflows
         by_offset = (e / math.sqrt(finite)) ** 2 / total
         if by_scale >= by_offset:
             return {"fitted_scale": eg / gg, "fitted_offset": 0.0, "fit_share": min(by_scale, 1.0)}
         return {"fitted_scale": 0.0, "fitted_offset": e / finite, "fit_share": min(by_offset, 1.0)}
+    det = gg * finite - g * g
     if det > 1e-12 * gg * finite:
         scale, offset = (eg * finite - g * e) / det, (gg * e - g * eg) / det
     elif gg > 0:  # every golden alike: a scale and an offset are one; called a scale

@@ -192,9 +192,10 @@ FEW = 1e-3
 SYSTEMATIC_IN_FEW = 0.9
 
 
-def error_shape(verdict: Verdict) -> str | None:
-    """What the error of a failing verdict is, in a user's words: a scaling, an offset, a few elements far
-    off, a rounding that leans, or noise. None where it passed, or the header says it (inf and nan, bits)."""
+def error_shape(verdict: Verdict) -> tuple[str, str] | None:
+    """What the error of a failing verdict is, in a user's words: (kind, description), the kind one of
+    scaling, offset, elements, leaning, noise. None where it passed, or the header says it (inf and nan,
+    bits, quantized integers)."""
     m = verdict.metrics
     failed = {c.metric for c in verdict.failures}
     if not failed or m.nonfinite_mismatch or not m.finite or verdict.standard.endswith(("binary", "quantized")):
@@ -202,24 +203,25 @@ def error_shape(verdict: Verdict) -> str | None:
     systematic = m.fit_share >= (SYSTEMATIC if m.finite >= FIT_ELEMENTS else SYSTEMATIC_IN_FEW)
     if systematic and abs(m.fitted_scale) * m.golden_rms >= abs(m.fitted_offset):
         way = "larger" if m.fitted_scale > 0 else "smaller"
-        return (f"a scaling: the device's output is {_relative_size(abs(m.fitted_scale), verdict.dtype)} {way} "
-                f"than the golden throughout (that explains {_share_of(m.fit_share)} of the squared error)")
+        return "scaling", (f"a scaling: the device's output is {_relative_size(abs(m.fitted_scale), verdict.dtype)} "
+                           f"{way} than the golden throughout (that explains {_share_of(m.fit_share)} of the "
+                           f"squared error)")
     if systematic:
-        return (f"an offset: the device's output is shifted by {_number(m.fitted_offset, 3)} throughout, "
-                f"{_relative_size(abs(m.fitted_offset) / m.golden_rms, verdict.dtype)} of the golden's RMS "
-                f"(that explains {_share_of(m.fit_share)} of the squared error)")
+        return "offset", (f"an offset: the device's output is shifted by {_number(m.fitted_offset, 3)} throughout, "
+                          f"{_relative_size(abs(m.fitted_offset) / m.golden_rms, verdict.dtype)} of the golden's "
+                          f"RMS (that explains {_share_of(m.fit_share)} of the squared error)")
     count = mismatched(verdict)
     if count is not None and 0 < count[0] <= max(1.0, FEW * count[1]):
         if count[0] == 1:
-            return "one element far off: the rest lie within what the standard allows them"
-        return (f"a few elements far off: {count[0]} of {count[1]} {count[2]}, no common scale or offset; "
-                f"the rest lie within it")
+            return "elements", "one element far off: the rest lie within what the standard allows them"
+        return "elements", (f"a few elements far off: {count[0]} of {count[1]} {count[2]}, no common scale or "
+                            f"offset; the rest lie within it")
     if "rounding_bias" in failed:
-        return ("a rounding that leans: the elements a fair kernel rounds once err one way more often than "
-                "the other (truncation, or a wrong rounding mode)")
+        return "leaning", ("a rounding that leans: the elements a fair kernel rounds once err one way more often "
+                           "than the other (truncation, or a wrong rounding mode)")
     spread = f", {_number(m.mean_bound_ratio, 3)} times a fair kernel's bound on average" \
         if verdict.standard.rpartition("+")[2] == "error_bound" else ""
-    return f"noise: errors of either sign, no common scale or offset{spread}"
+    return "noise", f"noise: errors of either sign, no common scale or offset{spread}"
 
 
 def _relative_size(relative: float, dtype: str) -> str:
@@ -231,14 +233,13 @@ def _relative_size(relative: float, dtype: str) -> str:
 
 
 # The check that measures each systematic error: where it failed, it leads a message that names that error.
-_MEASURED_BY = {"a scaling": ("magnitude_bound_bias", "bound_bias"), "an offset": ("bound_bias", "magnitude_bound_bias")}
+_MEASURED_BY = {"scaling": ("magnitude_bound_bias", "bound_bias"), "offset": ("bound_bias", "magnitude_bound_bias")}
 
 
-def _leading(failures: tuple[Check, ...], shape: str | None) -> tuple[Check, ...]:
+def _leading(failures: tuple[Check, ...], kind: str | None) -> tuple[Check, ...]:
     """The failures in the standard's order, except that a scaling or an offset leads with the bias
     check that measures it (a 0.4 % scaling with its magnitude bias at 5.8 times the limit, not its
     mean bound ratio at 1.7). Beside a baseline the benchmark's ratios lead, as its standard orders them."""
-    kind = None if shape is None else shape.partition(":")[0]
     for metric in _MEASURED_BY.get(kind, ()):
         first = next((c for c in failures if c.metric == metric and c.status is Status.ERROR), None)
         if first is not None:
@@ -251,12 +252,13 @@ def render_message(verdict: Verdict) -> str:
     name = verdict.op or "<tensor>"
     shape = "x".join(map(str, verdict.shape)) or "scalar"
     lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]
-    what = error_shape(verdict)
-    if what is not None:
-        lines.append(f"  the error: {what}")
+    described = error_shape(verdict)
+    if described is not None:
+        lines.append(f"  the error: {described[1]}")
     # The first failing check, in the standard's order (or the bias that measures a scaling or an
     # offset), decides: it leads in full, the rest share one line.
-    failures = _leading(verdict.failures, None if verdict.standard.startswith("benchmark") else what)
+    kind = None if described is None or verdict.standard.startswith("benchmark") else described[0]
+    failures = _leading(verdict.failures, kind)
     for check in failures[:1] or verdict.checks:
         text = f"  {check.describe()}"
         if check.baseline is not None:

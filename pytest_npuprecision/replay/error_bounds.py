@@ -155,9 +155,9 @@ def _summed_factors(rule: AccumulationRule | None, args, kwargs, cotangent: torc
 
 
 def _with_repeats(op: ResolvedOp, accumulation: Accumulation, factors: list[torch.Tensor],
-                  notes: list[str]) -> Accumulation:
+                  notes: list[str], counted_before: dict | None = None) -> Accumulation:
     """The accumulation with its terms' repetition counted (bounds/terms/repeated_terms.py), said in a note."""
-    repeats = term_repeats(factors, accumulation.length) if factors else 1.0
+    repeats = term_repeats(factors, accumulation.length, counted_before) if factors else 1.0
     if repeats < REPEATS_NOTED:
         return accumulation
     note = (f"the terms of {op.api_name}'s sums repeat (each value about {repeats:.0f} times in a sum of "
@@ -225,6 +225,7 @@ def grad_accumulations(op, args, kwargs, golden: Side, grad_paths, cotangents, o
             except Exception as exc:
                 notes.append(f"{what} of {op.api_name} unavailable ({type(exc).__name__}: {exc})")
     result = {}
+    counted: dict = {}  # the factors' distinct values, which every gradient of the call shares
     for path in grad_paths:
         numel = max(inputs[path].numel(), 1)
         if rule is not None and rule.backward_length is not None:
@@ -250,7 +251,7 @@ def grad_accumulations(op, args, kwargs, golden: Side, grad_paths, cotangents, o
                                     sensitivity=None if sensitivity is None else sensitivity.to(golden.device))
         factors = _summed_factors(rule, args, kwargs, cotangents.get("output.0"), path) if rule is not None \
             else [cotangents["output.0"]] if "output.0" in cotangents else []
-        result[f"grad.{path}"] = _with_repeats(op, accumulation, factors, notes)
+        result[f"grad.{path}"] = _with_repeats(op, accumulation, factors, notes, counted)
     return result
 
 

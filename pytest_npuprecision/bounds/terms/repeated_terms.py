@@ -52,15 +52,24 @@ def _distinct(sample: torch.Tensor) -> float:
     return float(seen) if 2 * seen <= drawn else max(seen, drawn * drawn / (2 * (drawn - seen)))
 
 
-def term_repeats(factors: Iterable[torch.Tensor], length: int) -> float:
+def term_repeats(factors: Iterable[torch.Tensor], length: int,
+                 counted_before: dict[tuple[int, int], float] | None = None) -> float:
     """How many times, on average, a term's value recurs within its sum of ``length`` terms, whose terms
-    are products of ``factors``' values: 1 + (K - 1) / D for D distinct terms, and at most K."""
+    are products of ``factors``' values: 1 + (K - 1) / D for D distinct terms, and at most K.
+    counted_before: distinct_values already counted during one call, by (id of the factor, length): a
+    call's gradients share its output gradient and its operands."""
     if length <= 1:
         return 1.0
     distinct, counted = 1.0, False
     for factor in factors:
         if isinstance(factor, torch.Tensor) and factor.is_floating_point() and factor.numel():
-            distinct *= distinct_values(factor, length)
+            if counted_before is None:
+                distinct *= distinct_values(factor, length)
+            else:
+                key = (id(factor), length)
+                if key not in counted_before:
+                    counted_before[key] = distinct_values(factor, length)
+                distinct *= counted_before[key]
             counted = True
             if math.isinf(distinct):
                 return 1.0

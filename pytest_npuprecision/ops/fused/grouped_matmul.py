@@ -14,7 +14,6 @@ _ACTIVATIONS = {
     4: lambda y: y * torch.sigmoid(1.702 * y),
     5: torch.nn.functional.silu,
 }
-_QUANTISED = ("scale", "offset", "antiquant_scale", "antiquant_offset", "per_token_scale")
 
 
 def group_sizes(group_list, group_list_type: int | None) -> list[tuple[int, int]]:
@@ -52,15 +51,16 @@ def _matmul(x, w, b, dtype, act):
     return act(y if b is None else y + b.to(dtype))
 
 
-def _grouped_rows(x, weights, biases, groups, dtype, act):
-    """One x [M, K] cut into row groups; rows after the last group give zeros (the device leaves them unset)."""
+def _grouped_rows(x, groups, width: int, dtype, product):
+    """One x [M, K] cut into row groups, each group's rows ``product(index, rows)``; rows after the last
+    group give zeros (the device leaves them unset), [M - covered, width] of ``dtype``."""
     outs, start = [], 0
-    for index, rows in groups:
-        outs.append(_matmul(x[start:start + rows], weights[index], biases[index], dtype, act))
-        start += rows
+    for index, size in groups:
+        outs.append(product(index, slice(start, start + size)))
+        start += size
     if start > x.shape[0]:
         raise ValueError(f"group_list covers {start} rows, x has {x.shape[0]}")
-    tail = x.new_zeros(x.shape[0] - start, weights[0].shape[-1], dtype=dtype)
+    tail = torch.zeros(x.shape[0] - start, width, dtype=dtype, device=x.device)
     return outs, tail
 
 
@@ -82,7 +82,8 @@ def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiqua
     activation_quant_scale=None, activation_quant_offset=None, split_item=0, group_type=None,
     group_list_type=0, act_type=0, output_dtype=None, tuning_config=None) -> List[Tensor]
 
-    Quantised row groups as _Dequantized computes them. Without group_list, y_i = x_i @ weight_i + bias_i for lists of equal length.
+    Quantised row groups as _Dequantized computes them. Without group_list, y_i = x_i @ weight_i + bias_i for
+    lists of equal length.
     With group_list the one x [M, K] is cut into row groups (group_type None, -1 or 0; weight a list
     of [K, N] or one [G, K, N]), or for group_type 2 its K is cut against one weight [K, N] into a
     [G, M, N] output. split_item 0/1 returns one tensor per group, 2/3 one tensor (the groups
@@ -112,7 +113,9 @@ def npu_grouped_matmul(x, weight, *, bias=None, scale=None, offset=None, antiqua
     else:
         groups = group_sizes(group_list, group_list_type)
         count = max((index for index, _ in groups), default=-1) + 1
-        outs, tail = _grouped_rows(xs[0], _weights(weights, count), _biases(bias, count), groups, dtype, act)
+        weights, biases = _weights(weights, count), _biases(bias, count)
+        outs, tail = _grouped_rows(xs[0], groups, weights[0].shape[-1], dtype,
+                                   lambda g, rows: _matmul(xs[0][rows], weights[g], biases[g], dtype, act))
         outs = [torch.cat(outs + [tail])] if single else outs
     return [y.to(out_dtype) for y in outs]
 
@@ -130,12 +133,10 @@ class _Dequantized:
 
     @classmethod
     def of(cls, xs, scale, offset, antiquant_scale, antiquant_offset, per_token_scale, output_dtype):
-        given = [name for name, v in zip(_QUANTISED, (scale, offset, antiquant_scale, antiquant_offset,
-                                                       per_token_scale)) if v is not None]
+        given = [_first(v) for v in (scale, offset, antiquant_scale, antiquant_offset, per_token_scale) if v is not None]
         if not given:
             return None
-        floats = [_first(v) for v in (scale, offset, antiquant_scale, antiquant_offset, per_token_scale)
-                  if v is not None and _first(v).is_floating_point()]
+        floats = [t for t in given if t.is_floating_point()]
         if scale is not None and not _first(scale).is_floating_point():
             raise UnjudgedFusedCall("an int64 scale (packed by npu_trans_quant_param) has no reference here")
         if antiquant_scale is None and (output_dtype is None or not output_dtype.is_floating_point):
@@ -148,9 +149,8 @@ class _Dequantized:
         weights, biases = _weights(weights, count), _biases(bias, count)
         scales, offsets = self._each(self.scale, count), self._each(self.offset, count)
         a_scales, a_offsets = self._each(self.antiquant_scale, count), self._each(self.antiquant_offset, count)
-        outs, start = [], 0
-        for index, size in groups:
-            rows = slice(start, start + size)
+
+        def product(index: int, rows: slice) -> torch.Tensor:
             w = weights[index].to(self.dtype)
             if a_scales[index] is not None:
                 w = (w + (0 if a_offsets[index] is None else a_offsets[index].to(self.dtype))) \
@@ -168,14 +168,11 @@ class _Dequantized:
                 y = y * _first(self.per_token_scale).to(self.dtype)[rows, None]
             if b is not None and not integer_bias:
                 y = y + b.to(self.dtype)
-            outs.append(act(y))
-            start += size
-        if start > x.shape[0]:
-            raise ValueError(f"group_list covers {start} rows, x has {x.shape[0]}")
-        out_dtype = self.output_dtype or x.dtype
-        tail = torch.zeros(x.shape[0] - start, weights[0].shape[-1], dtype=self.dtype, device=x.device)
+            return act(y)
+
+        outs, tail = _grouped_rows(x, groups, weights[0].shape[-1], self.dtype, product)
         outs = [torch.cat(outs + [tail])] if single else outs
-        return [y.to(out_dtype) for y in outs]
+        return [y.to(self.output_dtype or x.dtype) for y in outs]
 
     @staticmethod
     def _each(value, count: int) -> list:

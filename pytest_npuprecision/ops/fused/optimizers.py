@@ -11,7 +11,7 @@ from .record import FusedOp, UnjudgedFusedCall
 def _state(out) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if out is None or len(out) != 3:
         raise UnjudgedFusedCall("a call without out=(var, m, v) has no state to update")
-    return tuple(t for t in out)
+    return tuple(out)
 
 
 def _wide(*tensors: torch.Tensor) -> torch.dtype:
