@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
+from ..checks.collectives.ranks import DumpIndex
 from ..dump.dump_cases import load_dump
 from ..precision.verdict import Status, render_message
 
@@ -37,12 +38,14 @@ def check_dump(folder: Path, settings: Settings) -> DumpCheck:
     dump = load_dump(folder / "dump.json")
     if dump.error:
         return DumpCheck(folder, (CallOutcome(str(folder / "dump.json"), "error", dump.error),))
-    return DumpCheck(folder, tuple(_outcome(case, dump.data_dir, settings) for case in dump.cases))
+    index = DumpIndex()  # a collective's other ranks are in other folders: it skips, naming the step folder
+    index.add(dump)
+    return DumpCheck(folder, tuple(_outcome(case, dump.data_dir, settings, index) for case in dump.cases))
 
 
-def _outcome(case, data_dir: Path, settings: Settings) -> CallOutcome:
+def _outcome(case, data_dir: Path, settings: Settings, index: DumpIndex) -> CallOutcome:
     try:
-        result = run_case(case, data_dir, settings)
+        result = run_case(case, data_dir, settings, index)
     except CaseSkipped as skipped:
         return CallOutcome(case.key, "skip", f"[{skipped.reason}] {skipped}")
     except CaseInputError as bad:

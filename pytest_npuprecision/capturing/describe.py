@@ -38,11 +38,27 @@ def describe(value: Any, name: str, sink: TensorSink, depth: int = 0) -> Any:
         return {"type": "slice", "value": [_plain(value.start), _plain(value.stop), _plain(value.step)]}
     if value is Ellipsis:
         return {"type": "ellipsis", "value": "..."}
+    distributed = _distributed(value)
+    if distributed is not None:
+        return distributed
     if isinstance(value, (list, tuple)) and depth < 8:
         return [describe(v, f"{name}.{i}", sink, depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict) and depth < 8:
         return {str(k): describe(v, f"{name}.{k}", sink, depth + 1) for k, v in value.items()}
     return {}  # msprobe writes an object it cannot describe as {} as well; the reader says so when replaying
+
+
+def _distributed(value: Any) -> dict | None:
+    """A reduce op or a process group as msprobe writes them: the op's name, the group's global ranks."""
+    if not torch.distributed.is_available():
+        return None
+    dist = torch.distributed
+    if isinstance(value, dist.ReduceOp.RedOpType):
+        return {"type": "torch.distributed.ReduceOp", "value": str(value)}
+    if isinstance(value, dist.ProcessGroup):
+        return {"type": "torch.ProcessGroup", "group_ranks": dist.get_process_group_ranks(value),
+                "group_id": str(getattr(value, "group_name", ""))}
+    return None
 
 
 def _plain(value: Any) -> Any:

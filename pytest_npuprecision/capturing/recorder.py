@@ -27,6 +27,7 @@ from ..common.torch_compat import is_compiling
 from ..common.warning_types import CaptureGapWarning
 from ..ops.resolution import is_inplace
 from .called import as_called
+from .collectives import PendingWork, collectives_recorded, written_only
 from .describe import TensorSink, describe
 from .naming import api_name, caller_frame
 from .selection import ScopeWindow, Selection
@@ -71,12 +72,16 @@ class Capture:
             sink.folder.mkdir()
         self._writer = DumpWriter(self.folder, self.task, sink)
         self._mode = _Recorder(self._writer, self.selection, self.unrecorded)
+        self._collectives = collectives_recorded(self._mode.collective)
+        self._collectives.__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc_info) -> None:
         assert self._mode is not None and self._writer is not None
         self._mode.__exit__(*exc_info)
+        self._collectives.__exit__(*exc_info)
+        self._mode.finish_pending()  # an async collective never waited on: recorded as its buffers are now
         self._mode.closed = True  # a backward run after the block is not part of this dump
         self._writer.write()
         if self.unrecorded:
@@ -119,6 +124,7 @@ class _Recorder(TorchFunctionMode):
         self.closed = False
         self._busy = threading.local()
         self._made: set[int] = set()  # sequence numbers of the autograd nodes calls in the capture made
+        self._pending: list[PendingWork] = []  # async collectives, recorded when waited on
         self._first_node = _next_sequence_nr()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -159,6 +165,48 @@ class _Recorder(TorchFunctionMode):
         finally:
             self._busy.on = False
         return result
+
+    def collective(self, name: str, func, args: tuple, kwargs: dict):
+        """One torch.distributed call (capturing/collectives.py), recorded as ``Distributed.<name>``."""
+        if getattr(self._busy, "on", False) or self.closed or is_compiling():
+            return func(*args, **kwargs)
+        api = f"Distributed.{name}.{self.counters.get(f'Distributed.{name}', 0)}"
+        self.counters[f"Distributed.{name}"] = self.counters.get(f"Distributed.{name}", 0) + 1
+        if not (self.window.admits(api) and self.selection.named(api) and self.selection.wants("forward")):
+            return func(*args, **kwargs)
+        key, sink, frame = f"{api}.forward", self.writer.sink, caller_frame(2)
+        self._busy.on = True  # the collective's own tensor ops are not calls of the program
+        try:
+            entry: dict[str, Any] = {}
+            if self.selection.parts("input"):
+                entry["input_args"] = [None if written_only(name, i) else describe(a, f"{key}.input.{i}", sink)
+                                       for i, a in enumerate(args)]
+                entry["input_kwargs"] = {k: None if written_only(name, k) else describe(v, f"{key}.input.{k}", sink)
+                                         for k, v in kwargs.items()}
+            result = func(*args, **kwargs)
+        finally:
+            self._busy.on = False
+
+        def finish() -> None:
+            self._busy.on = True
+            try:
+                if self.selection.parts("output"):
+                    after = [*args, *kwargs.values()]
+                    entry["output"] = [describe(v, f"{key}.output.{i}", sink) for i, v in enumerate(after)]
+                self.writer.add(key, entry, _stack(frame))
+            finally:
+                self._busy.on = False
+
+        if result is not None and callable(getattr(result, "wait", None)):  # async_op: recorded at its wait()
+            pending = PendingWork(result, finish)
+            self._pending.append(pending)
+            return pending
+        finish()
+        return result
+
+    def finish_pending(self) -> None:
+        for pending in self._pending:
+            pending.finish()
 
     def _described_inputs(self, api: str, func, args: tuple, kwargs: dict, frame) -> dict[str, Any]:
         if not self.selection.parts("input"):

@@ -28,30 +28,21 @@ from ..dump.recorded import NothingRecorded, forward_output_shapes, forward_outp
 from ..ops.allowlist import unsafe_argument
 from ..ops.namesakes import NoSingleNamesake, unknown_keywords
 from ..ops.resolution import choose_namesake, resolve
-from ..precision.error_profile import ErrorProfile, error_profile
+from ..precision.error_profile import error_profile
 from ..precision.metrics import Accumulation, Metrics
 from ..precision.rules import Rules
-from ..precision.verdict import Status, Verdict
+from ..precision.verdict import Status
 from ..replay import threads
 from ..replay.memory_budget import case_bytes, input_elements
 from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
 from .baseline_dump import BaselineDump
+from .collectives.ranks import DumpIndex
+from .collectives.run import run_collective
 from .dump_pairing import argument_difference
 from .error_data import save_error_data
 from .judging import judge, parted_checks
+from .outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .recorded_baseline import RecordedBaseline, RecordedCase
-
-
-class CaseSkipped(Exception):
-    """The case cannot be run here; the message says why (one of the documented reasons)."""
-
-    def __init__(self, reason: str, message: str):
-        self.reason = reason
-        super().__init__(message)
-
-
-class CaseInputError(Exception):
-    """The dump itself is unusable for this case: the message names the file and the API."""
 
 
 class ReplayError(Exception):
@@ -111,43 +102,12 @@ def baseline_label(baseline: Backend | RecordedBaseline | BaselineDump | None) -
     return f"{baseline.name} same dtype"
 
 
-@dataclass(frozen=True)
-class OutputVerdict:
-    name: str  # "output.0", "grad.input_args[0]"
-    verdict: Verdict
-    profile: ErrorProfile | None = None  # the error distribution, for outputs that do not pass
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    case: DumpCase
-    status: Status
-    outputs: tuple[OutputVerdict, ...]
-    notes: tuple[str, ...]
-    seconds: float  # the whole case: inputs, every run, metrics
-    op_seconds: float  # the op itself on device, golden and live baseline
-    fingerprint: InputFingerprint | None = None
-    # "none", "live", "recorded", "missing" from the recorded file; with a baseline dump "dump" (its
-    # partner entry judged) or "unpaired" (judged on its own: the notes say why).
-    baseline: str = "none"
-    guesses: tuple[str, ...] = ()  # what the verdict rests on beyond the dump: rebuilt arguments, inferred autocast
-    dtype_differences: tuple[str, ...] = ()  # outputs judged in another dtype than the dump recorded
-    # The device's float32 math mode for the op ("ieee", "tf32", "hf32"), where the op is a matmul, conv
-    # or rnn with a float32 result; None elsewhere.
-    float32_mode: str | None = None
-    error_data: dict[str, Any] | None = None  # where its tensors were saved, or why not (failing cases only)
-    partner: CaseResult | None = None  # its partner in a baseline dump, judged on its own
-    # With a baseline dump: each output's checks by which the device errs worse than the baseline dump
-    # beyond the benchmark's limits ("output.0: max_scaled_err_ratio = 31 > limit 5"): where the dumps part.
-    parted: tuple[str, ...] = ()
-    # Why a case has no partner in a baseline dump: "absent" (no such entry there), "no-such-dump" (none of
-    # its step and rank), "arguments-differ" (shapes or dtypes), "partner-not-judged" (the partner skips).
-    unpaired: str = ""
-
-
-def run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
-    """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged."""
+def run_case(case: DumpCase, data_dir: Path, settings: Settings, dumps: DumpIndex | None = None) -> CaseResult:
+    """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged. ``dumps``: every
+    dump.json of the run, where a collective case finds its other ranks' entries (without it, it skips)."""
     try:
+        if case.prefix == "Distributed" and case.input_error is None and case.known_skip is None:
+            return run_collective(case, settings, dumps)
         return _run_case(case, data_dir, settings)
     except EntryUnreadable as exc:  # its entries are read from dump.json as it runs, and the file may have changed
         raise CaseInputError(str(exc)) from None

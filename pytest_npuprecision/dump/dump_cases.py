@@ -33,15 +33,16 @@ _API_KEY = re.compile(
     r"(?P<prefix>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)"
 )
 _MODULE_KEY = re.compile(r"Module\.(?P<name>.+)\.(?P<direction>forward|backward|parameters_grad)\.(?P<index>\d+)")
-# MindSpeed's ops resolve to the references of the torch_npu ops they wrap, or skip as no-reference.
-_UNSUPPORTED_PREFIXES = frozenset({"Distributed", "VF"})
+# MindSpeed's ops resolve to the references of the torch_npu ops they wrap, or skip as no-reference;
+# Distributed ones are collectives, judged from every rank's entry (checks/collectives).
+_UNSUPPORTED_PREFIXES = frozenset({"VF"})
 
 
 class SkipReason(enum.Enum):
     """Why a case is not run. The description is printed verbatim in the docs."""
 
     MODULE_ENTRY = ("module-entry", "A module-level (L0) entry or a parameters_grad entry, not one API call.")
-    UNSUPPORTED_PREFIX = ("unsupported-prefix", "A Distributed or VF API, which cannot be re-run alone.")
+    UNSUPPORTED_PREFIX = ("unsupported-prefix", "A VF API (torch's internal RNN functions), which cannot be re-run alone.")
     NO_FORWARD = ("no-forward", "A backward entry whose forward entry is not in the dump, so its inputs are unknown.")
     RANDOM_OP = ("random-op", "An op that draws random numbers (dropout with p > 0, rand, bernoulli, ...).")
     MISSING_DATA = ("missing-data", "An argument the dump does not describe well enough to rebuild.")
@@ -354,6 +355,8 @@ def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any) -> 
 
 def _decoded_skip(case: DumpCase, entries: CaseEntries) -> tuple[SkipReason, str] | None:
     """(reason, detail) for a case whose entries cannot be replayed (malformed, missing data, random)."""
+    if case.prefix == "Distributed":  # a collective's entry is read by checks/collectives, which says its skips
+        return None
     name, direction = case.name, case.direction
     of_forward = "" if direction == "forward" else f"forward entry {case.forward_key}: "
     try:

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from ..checks.case_run import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
+from ..checks.collectives.ranks import DumpIndex
 from ..common.shown_text import shown_key
 from ..common.warning_types import JudgedDtypeWarning
 from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
@@ -36,6 +37,16 @@ def pytest_configure(config: pytest.Config) -> None:
     failure = (PrecisionFailure, OpCaseFailure)
     gating.configure(config, expected={"error": failure, "warning": failure,
                                        "input-error": (CaseInputError, OpCaseUsageError)})
+
+
+# Every dump.json this process collected: a collective case reads its other ranks' entries from them.
+DUMPS = pytest.StashKey[DumpIndex]()
+
+
+def dumps_of(config: pytest.Config) -> DumpIndex:
+    if DUMPS not in config.stash:
+        config.stash[DUMPS] = DumpIndex()
+    return config.stash[DUMPS]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -90,6 +101,7 @@ class DumpJsonFile(pytest.Collector):
 
     def collect(self):
         dump = load_dump(self.path, label=self.source.label, root=self.parent.path)
+        dumps_of(self.config).add(dump)
         if dump.error:
             yield BrokenDumpItem.from_parent(self, name="dump.json", problem=dump.error, label=self.source.label)
             return
@@ -200,7 +212,7 @@ class DumpCaseItem(pytest.Item):
         framework = self.dump.framework
         self.stash[RECORD] = case_record(self.case, settings, status="harness-error", framework=framework)
         try:
-            result = run_case(self.case, self.dump.data_dir, settings)
+            result = run_case(self.case, self.dump.data_dir, settings, dumps_of(self.config))
         except CaseSkipped as skipped:
             self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
                                               reason=skipped.reason, framework=framework)

@@ -238,6 +238,7 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
             by_standard.setdefault(output["standard"], []).append(output["status"])
     if by_standard:
         lines.append("outputs by standard: " + "; ".join(f"{s} {counts(v)}" for s, v in sorted(by_standard.items())))
+    lines += _collective_lines(records)
     pairing = pairing_line(records)
     lines += [pairing] if pairing else []
     lines += parting_lines(records)
@@ -282,6 +283,17 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
         lines += _gate_lines(records, gate)
     lines += [f"report written: {path}" for path in written]
     return lines
+
+
+def _collective_lines(records: list[dict]) -> list[str]:
+    """The collective cases counted apart: each is judged from every rank's entry, or skips for want of them."""
+    collective = [r for r in records if r["case_id"].rpartition("::")[2].startswith("Distributed.")]
+    if not collective:
+        return []
+    skipped = [r for r in collective if r["status"] == "skip"]
+    why = f" ({_skip_reasons(skipped)})" if skipped else ""
+    return [f"collectives: {counts(r['status'] for r in collective)}{why}; judged from every rank's recorded "
+            f"inputs (docs/collectives.md)"]
 
 
 def _skip_reasons(records: list[dict]) -> str:

@@ -1,0 +1,169 @@
+"""One rank of a small gloo job on the CPU whose collectives are recorded, by capture or by msprobe.
+
+    python collective_job.py RANK WORLD PORT OUT [capture|msprobe]
+
+Step 0 makes every collective the harness judges, in float32, bfloat16 and float16 (SUM, AVG, MAX; explicit
+groups; async; the list and tensor forms; roots; splits; an int64 sum), as gloo computes them: sums in the
+tensor's own dtype around a ring. Step 1 makes the half-precision sums again through an all-reduce and a
+reduce-scatter that keep float32 partial sums, as some backends do. Both are fair; tests plant defects in
+copies of the dump. ``run_job`` starts WORLD such processes and waits for them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+HALVES = (torch.bfloat16, torch.float16)
+
+
+def values(rank: int, step: int, n: int, dtype: torch.dtype, salt: int) -> torch.Tensor:
+    """Terms of either sign over four binades, so that sums cancel in places."""
+    generator = torch.Generator().manual_seed(1000 * step + 100 * rank + salt)
+    x = torch.randn(n, generator=generator, dtype=torch.float64)
+    return (x * torch.exp2(torch.randint(-2, 2, (n,), generator=generator))).to(dtype)
+
+
+def collectives(rank: int, world: int, step: int, groups: list) -> None:
+    n = 4096
+    for salt, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16)):
+        x = values(rank, step, n, dtype, salt)
+        dist.all_reduce(x)
+        y = values(rank, step, n, dtype, salt + 10)
+        dist.all_reduce(y, op=dist.ReduceOp.MAX)
+        z = values(rank, step, n, dtype, salt + 20)
+        dist.all_reduce(z, op=dist.ReduceOp.AVG)
+        shards = values(rank, step, n * world, dtype, salt + 30)
+        out = torch.empty(n, dtype=dtype)
+        dist.reduce_scatter_tensor(out, shards)
+        parts = [values(rank, step, 512, dtype, salt + 40 + i) for i in range(world)]
+        received = torch.empty(512, dtype=dtype)
+        dist.reduce_scatter(received, parts)
+    if step:
+        return
+    group = groups[rank // 2]
+    w = values(rank, step, 1024, torch.float32, 50)
+    dist.all_reduce(w, group=group)
+    a = values(rank, step, 1024, torch.float32, 51)
+    dist.all_reduce(a, async_op=True).wait()
+    gathered = [torch.empty(256) for _ in range(world)]
+    dist.all_gather(gathered, values(rank, step, 256, torch.float32, 52))
+    joined = torch.empty(256 * world, dtype=torch.bfloat16)
+    dist.all_gather_into_tensor(joined, values(rank, step, 256, torch.bfloat16, 53))
+    b = values(rank, step, 300, torch.float16, 54)
+    dist.broadcast(b, src=world - 1)
+    r = values(rank, step, 300, torch.float32, 55)
+    dist.reduce(r, dst=0)
+    single = torch.empty(8 * world)
+    dist.all_to_all_single(single, values(rank, step, 8 * world, torch.float32, 56))
+    splits = [rank + 1 + j for j in range(world)]  # rank i sends rank j (i + 1 + j) rows
+    uneven = torch.empty(sum(i + 1 + rank for i in range(world)), 3)
+    dist.all_to_all_single(uneven, values(rank, step, sum(splits) * 3, torch.float32, 57).reshape(-1, 3),
+                           output_split_sizes=[i + 1 + rank for i in range(world)], input_split_sizes=splits)
+    listed = [torch.empty(16) for _ in range(world)]
+    dist.all_to_all(listed, [values(rank, step, 16, torch.float32, 58 + j) for j in range(world)])
+    scattered = torch.empty(64)
+    dist.scatter(scattered, [values(rank, step, 64, torch.float32, 60 + j) for j in range(world)] if rank == 0
+                 else None, src=0)
+    gathered_at_0 = [torch.empty(32) for _ in range(world)] if rank == 0 else None
+    dist.gather(values(rank, step, 32, torch.float32, 61), gathered_at_0, dst=0)
+    counts = torch.arange(100, dtype=torch.int64) * (rank + 1)
+    dist.all_reduce(counts)
+
+
+def widened(func):
+    """A backend that sums half-precision tensors with float32 partial sums and rounds once at the end."""
+    def call(output_or_tensor, *args, **kwargs):
+        if output_or_tensor.dtype not in HALVES:
+            return func(output_or_tensor, *args, **kwargs)
+        wide = output_or_tensor.float()
+        args = tuple(a.float() if isinstance(a, torch.Tensor) else
+                     [t.float() for t in a] if isinstance(a, list) else a for a in args)
+        work = func(wide, *args, **kwargs)
+        output_or_tensor.copy_(wide)
+        return work
+    return call
+
+
+def main(rank: int, world: int, port: int, out: str, recorder: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    groups = [dist.new_group([2 * g, 2 * g + 1]) for g in range(world // 2)]
+    native = {name: getattr(dist, name) for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter")}
+    for step in (0, 1):
+        if step == 1:
+            for name, func in native.items():
+                setattr(dist, name, widened(func))
+        with recording(recorder, out, step, rank):
+            collectives(rank, world, step, groups)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def recording(recorder: str, out: str, step: int, rank: int):
+    if recorder == "capture":
+        from pytest_npuprecision import capture
+
+        return capture(out, step=step, rank=rank)
+    return _MsprobeStep(out, step)
+
+
+class _MsprobeStep:
+    """msprobe's debugger for one step (it numbers the steps itself, from 0)."""
+
+    debugger = None
+
+    def __init__(self, out: str, step: int):
+        if _MsprobeStep.debugger is None:
+            import json
+
+            from msprobe.pytorch import PrecisionDebugger
+
+            config = Path(out) / f"config{dist.get_rank()}.json"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(json.dumps({"task": "tensor", "dump_path": out, "rank": [], "step": [], "level": "L1",
+                                          "async_dump": False,
+                                          "tensor": {"scope": [], "list": [], "data_mode": ["all"]}}))
+            _MsprobeStep.debugger = PrecisionDebugger(config_path=str(config))
+
+    def __enter__(self):
+        self.debugger.start()
+
+    def __exit__(self, *exc_info):
+        self.debugger.stop()
+        self.debugger.step()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_job(world: int, out: Path, recorder: str = "capture", timeout: float = 240) -> Path:
+    """WORLD ranks of this job, recorded into ``out``; raises with their output where one fails."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    ranks = [subprocess.Popen([sys.executable, __file__, str(rank), str(world), str(port), str(out), recorder],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) for rank in range(world)]
+    failed = []
+    for rank, process in enumerate(ranks):
+        output, _ = process.communicate(timeout=timeout)
+        if process.returncode:
+            failed.append(f"rank {rank} exited {process.returncode}:\n{output.decode(errors='replace')[-3000:]}")
+    if failed:
+        raise RuntimeError("\n".join(failed))
+    return out
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
+         sys.argv[5] if len(sys.argv) > 5 else "capture")
