@@ -72,7 +72,7 @@ def expected(layout: Layout, call: CollectiveCall, received: Any, group: tuple[i
     sent = {rank: contributions[rank].sent for rank in contributions}
     name = layout.received
     if call.api in ("all_reduce", "reduce"):
-        return [_reduced(name, received, call.op, [sent[r] for r in group])]
+        return [reduced(name, received, call.op, [sent[r] for r in group])]
     if call.api == "broadcast":
         return [_moved(name, received, sent[root_of(call, group)])]
     if call.api == "scatter":
@@ -83,9 +83,9 @@ def expected(layout: Layout, call: CollectiveCall, received: Any, group: tuple[i
     if call.api in ("all_gather_into_tensor", "_all_gather_base"):
         return [_moved(name, received, _joined(received, [sent[r] for r in group]))]
     if call.api == "reduce_scatter":
-        return [_reduced(name, received, call.op, [_nth(sent[r], at, len(group), "input_list") for r in group])]
+        return [reduced(name, received, call.op, [_nth(sent[r], at, len(group), "input_list") for r in group])]
     if call.api in ("reduce_scatter_tensor", "_reduce_scatter_base"):
-        return [_reduced(name, received, call.op, [_share(sent[r], at, len(group), received) for r in group])]
+        return [reduced(name, received, call.op, [_share(sent[r], at, len(group), received) for r in group])]
     if call.api == "all_to_all":
         _check_length(received, len(group), name)
         return [_moved(f"{name}[{j}]", out, _nth(sent[rank], at, len(group), "input_tensor_list"))
@@ -158,7 +158,8 @@ def _check_length(value: Any, size: int, name: str) -> None:
 # ---------------------------------------------------------------- reductions
 
 
-def _reduced(name: str, actual: Any, op: str, parts: list[Any]) -> Expected:
+def reduced(name: str, actual: Any, op: str, parts: list[Any]) -> Expected:
+    """``actual``, the reduction by ``op`` of the ranks' ``parts``, with its golden and how it may err."""
     actual = _tensor(actual, name)
     parts = [_tensor(part, f"a rank's {name}") for part in parts]
     for part in parts:

@@ -69,8 +69,8 @@ class StepRanks:
         return tuple(ranks)
 
     def world(self) -> tuple[int, str]:
-        """The most ranks any call of the step shows (a default-group gather's list length, a group's highest
-        rank + 1), and which call shows it; (0, "") where none does."""
+        """The most ranks any default-group call of the step shows (a gather's list length), and which call
+        shows it; (0, "") where none does."""
         if self._world is None:
             found = (0, "")
             for rank, dump in sorted(self.dumps.items()):
@@ -101,15 +101,14 @@ class DumpIndex:
 
 
 def _shown_size(case: DumpCase) -> int:
-    """How many ranks one call shows: its group's highest rank + 1, or the default group's size its shapes
-    imply; 0 where it shows none or cannot be read (its own case says why)."""
+    """How many ranks a call on the default group shows (a gather's list length); 0 where it shows none or
+    cannot be read (its own case says why). An explicit group says only that its own ranks exist: its
+    cases check that themselves, and one entry's wild group does not silence the step."""
     try:
         call = decode_collective(case.name, case.forward)
     except (CollectiveSkip, DescriptorError, EntryUnreadable, TypeError, ValueError):
         return 0
-    if call.group is not None:
-        return max(call.group) + 1
-    return call.implied_size() or 0
+    return 0 if call.group is not None else call.implied_size() or 0
 
 
 def _rank_folders(step: Path) -> set[int]:
