@@ -1,12 +1,13 @@
 """One rank of a small gloo job on the CPU whose collectives are recorded, by capture or by msprobe.
 
-    python collective_job.py RANK WORLD PORT OUT [capture|msprobe]
+    python collective_job.py RANK WORLD PORT OUT [capture|msprobe|ddp]
 
 Step 0 makes every collective the harness judges, in float32, bfloat16 and float16 (SUM, AVG, MAX; explicit
 groups; async; the list and tensor forms; roots; splits; an int64 sum), as gloo computes them: sums in the
 tensor's own dtype around a ring. Step 1 makes the half-precision sums again through an all-reduce and a
 reduce-scatter that keep float32 partial sums, as some backends do. Both are fair; tests plant defects in
-copies of the dump. ``run_job`` starts WORLD such processes and waits for them.
+copies of the dump. ``ddp`` records one step of a DDP model instead. ``run_job`` starts WORLD such processes and
+waits for them.
 """
 
 from __future__ import annotations
@@ -91,10 +92,31 @@ def widened(func):
     return call
 
 
+def ddp_step(rank: int, out: str) -> None:
+    """One step of a DDP model whose gradient all-reduce goes through a Python communication hook, captured."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pytest_npuprecision import capture
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                                        torch.nn.Linear(64, 8)))
+    model.register_comm_hook(None, default_hooks.allreduce_hook)
+    x = values(rank, 0, 16 * 64, torch.float32, 0).reshape(16, 64)
+    with capture(out, step=0, rank=rank):
+        model(x).square().mean().backward()
+
+
 def main(rank: int, world: int, port: int, out: str, recorder: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    if recorder == "ddp":
+        ddp_step(rank, out)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     groups = [dist.new_group([2 * g, 2 * g + 1]) for g in range(world // 2)]
     native = {name: getattr(dist, name) for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter")}
     for step in (0, 1):

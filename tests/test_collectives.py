@@ -26,6 +26,7 @@ from pytest_npuprecision import Status, judge
 from pytest_npuprecision.backends import DumpedOutputs
 from pytest_npuprecision.checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
 from pytest_npuprecision.checks.collectives.definitions import reduced
+from pytest_npuprecision.checks.collectives.fused import FUSED
 from pytest_npuprecision.checks.collectives.ranks import DumpIndex
 from pytest_npuprecision.dump.dump_cases import load_dump
 from pytest_npuprecision.dump.locations import find_dumps
@@ -48,7 +49,7 @@ def outcomes(root: Path) -> dict[str, tuple[str, str]]:
     found = {}
     for dump in dumps:
         for case in dump.cases:
-            if case.prefix != "Distributed":
+            if case.prefix != "Distributed" and case.name not in FUSED:
                 continue
             try:
                 result = run_case(case, dump.data_dir, Settings(device=DumpedOutputs()), index)
@@ -301,6 +302,14 @@ def test_fair_reduction_orders_pass(seed, ranks, dtype, order, op, spread):
     correctly_rounded = reduced("tensor", tensor.golden.to(dtype), op, parts)
     assert judge(correctly_rounded.actual, correctly_rounded.golden, standard=correctly_rounded.standard,
                  accumulation=correctly_rounded.accumulation).status is Status.PASS
+
+
+def test_a_ddp_step_with_a_python_comm_hook_is_judged(tmp_path):
+    """DDP all-reduces its buckets in C++, unseen; through the allreduce comm hook the same all-reduce is a
+    dist.all_reduce call, recorded when the step's block ends (DDP waits on its future, not on the work)."""
+    found = outcomes(run_job(2, tmp_path / "ddp", recorder="ddp"))
+    assert found.keys() == {f"step0/rank{rank}::Distributed.all_reduce.0.forward" for rank in (0, 1)}
+    assert {status for status, _ in found.values()} == {"pass"}
 
 
 needs_msprobe = pytest.mark.skipif(importlib.util.find_spec("msprobe") is None,

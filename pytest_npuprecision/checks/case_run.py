@@ -36,6 +36,7 @@ from ..replay import threads
 from ..replay.memory_budget import case_bytes, input_elements
 from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
 from .baseline_dump import BaselineDump
+from .collectives.fused import FUSED
 from .collectives.ranks import DumpIndex
 from .collectives.run import run_collective
 from .dump_pairing import argument_difference
@@ -106,7 +107,8 @@ def run_case(case: DumpCase, data_dir: Path, settings: Settings, dumps: DumpInde
     """Run and judge one case; raise CaseSkipped or CaseInputError when it cannot be judged. ``dumps``: every
     dump.json of the run, where a collective case finds its other ranks' entries (without it, it skips)."""
     try:
-        if case.prefix == "Distributed" and case.input_error is None and case.known_skip is None:
+        if (case.prefix == "Distributed" or case.name in FUSED) and case.input_error is None and \
+                case.known_skip is None:
             return run_collective(case, settings, dumps)
         return _run_case(case, data_dir, settings)
     except EntryUnreadable as exc:  # its entries are read from dump.json as it runs, and the file may have changed

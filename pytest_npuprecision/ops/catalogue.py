@@ -98,9 +98,13 @@ _ACCUMULATING = frozenset({"error_bound", "thousandth"})
 # torch_npu ops whose call no single-op golden can judge: each case skips with this reason and why.
 _PROCESS_GROUP = ("needs-process-group", "{} runs a collective inside the kernel: its result needs every rank's "
                   "inputs and a process group, which a single-op replay has not")
+# Judged from a dump of every rank of their communicator, as collectives (checks/collectives/fused.py).
+_FROM_EVERY_RANK = ("needs-process-group", "{} runs a collective inside the kernel: a dump case of it is judged from "
+                    "every rank's entry (docs/collectives.md); alone it needs a process group")
 UNJUDGED: Mapping[str, tuple[str, str]] = {
-    **{name: (_PROCESS_GROUP[0], _PROCESS_GROUP[1].format(name)) for name in (
-        "npu_mm_reduce_scatter_base", "npu_all_gather_base_mm", "npu_mm_all_reduce_base", "npu_alltoallv_gmm",
+    **{name: (_FROM_EVERY_RANK[0], _FROM_EVERY_RANK[1].format(name)) for name in (
+        "npu_mm_reduce_scatter_base", "npu_all_gather_base_mm", "npu_mm_all_reduce_base")},
+    **{name: (_PROCESS_GROUP[0], _PROCESS_GROUP[1].format(name)) for name in ( "npu_alltoallv_gmm",
         "npu_gmm_alltoallv", "npu_moe_distribute_dispatch", "npu_moe_distribute_combine",
         "npu_moe_distribute_dispatch_v2", "npu_moe_distribute_combine_v2", "npu_moe_distribute_combine_add_rms_norm",
         "npu_grouped_matmul_finalize_routing_all_reduce", "npu_all_gather_quant_mm", "npu_all_to_all_matmul",

@@ -18,6 +18,7 @@ from ...dump.descriptors import DescriptorError
 from ...dump.dump_cases import DumpCase, DumpFile
 from ...dump.entries import EntryUnreadable
 from .calls import CollectiveSkip, decode_collective
+from .fused import FUSED
 
 _RANK_FOLDER = re.compile(r"rank(\d+)")
 
@@ -46,7 +47,8 @@ class StepRanks:
             return None
         cases = self._by_key.get(rank)
         if cases is None:
-            cases = self._by_key[rank] = {case.key: case for case in dump.cases if case.prefix == "Distributed"}
+            cases = self._by_key[rank] = {case.key: case for case in dump.cases
+                                          if case.prefix == "Distributed" or case.name in FUSED}
         case = cases.get(key)
         return None if case is None else RankEntry(rank, case, dump.data_dir)
 
