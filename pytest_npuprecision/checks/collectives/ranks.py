@@ -40,6 +40,7 @@ class StepRanks:
     dumps: dict[int, DumpFile]
     _by_key: dict[int, dict[str, DumpCase]] = field(default_factory=dict, repr=False)
     _world: tuple[int, str] | None = field(default=None, repr=False)
+    _on_disk: set[int] | None = field(default=None, repr=False)
 
     def entry(self, rank: int, key: str) -> RankEntry | None:
         dump = self.dumps.get(rank)
@@ -54,8 +55,9 @@ class StepRanks:
 
     def default_group(self) -> tuple[int, ...]:
         """Every rank of the step, 0 to N - 1; CollectiveSkip where the dump does not hold them all."""
-        on_disk = _rank_folders(self.folder)
-        given = set(self.dumps)
+        if self._on_disk is None:
+            self._on_disk = _rank_folders(self.folder)
+        on_disk, given = self._on_disk, set(self.dumps)
         absent = sorted(on_disk - given)
         if absent:
             raise CollectiveSkip("ranks-missing", f"the rank folder(s) {_ranks(absent)} of {self.folder} were not "
