@@ -217,8 +217,9 @@ def test_the_header_line_names_device_golden_baseline_and_seed(pytester):
     result = pytester.runpytest("--npu-precision", str(fixture_dump(SMALL_DUMP)), "--npu-precision-device", "cpu",
                                 "--npu-precision-baseline", "cpu", "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
-    assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), float32 ieee (judged as-run), "
+    assert (f"npu-precision: device cpu ({_cpu_name()}; torch {torch.__version__}), "
             f"golden cpu float64, baseline cpu same dtype, seed crc32(case id) per case") in result.stdout.lines
+    assert "npu-precision: float32 ieee on the device; policy as-run (--npu-precision-fp32)" in result.stdout.lines
 
 
 def test_every_report_records_device_golden_baseline_and_seed(pytester, user_module):

@@ -203,8 +203,8 @@ def test_a_float32_conv_dump_on_a_tf32_device_passes_as_run_and_says_so(pytester
     result = pytester.runpytest("--npu-precision", str(CNN_DUMP), "--npu-precision-device", emulating,
                                 "--npu-precision-report", "r", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["npu-precision: device tf32-emulating cpu (*), float32 matmul tf32, conv tf32, "
-                                 "rnn ieee (judged as-run), golden cpu float64, *",
+    result.stdout.fnmatch_lines(["npu-precision: device tf32-emulating cpu (*), golden cpu float64, *",
+                                 "npu-precision: float32 matmul tf32, conv tf32, rnn ieee on the device; policy as-run *",
                                  "float32 math modes: 20 in tf32 *"])
     run = json.loads((pytester.path / "r" / "run.json").read_text())
     assert run["float32"] == {"policy": "as-run",
@@ -228,17 +228,18 @@ def test_run_ieee_pins_the_device_and_every_case_passes(pytester, emulating):
                                 "--npu-precision-fp32", "run-ieee", "-k", "conv2d", "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] == 18 and "failed" not in outcomes, result.stdout.str()
-    result.stdout.fnmatch_lines(["npu-precision: device tf32-emulating cpu (*), float32 ieee (judged run-ieee)*"])
+    result.stdout.fnmatch_lines(["npu-precision: device tf32-emulating cpu (*)*",
+                                 "npu-precision: float32 ieee on the device; policy run-ieee *"])
 
 
 def test_an_offline_check_says_no_mode_was_recorded_until_told(pytester):
     common = ("--npu-precision", str(CNN_DUMP), "--npu-precision-device", "dumped", "-k", "conv2d.0.forward",
               "--npu-precision-report", "r", "-p", "no:cacheprovider")
     result = pytester.runpytest(*common)
-    result.stdout.fnmatch_lines(["*float32 mode not recorded (judged as ieee)*",
+    result.stdout.fnmatch_lines(["npu-precision: float32 modes not recorded, taken as ieee; policy as-run *",
                                  "float32 math modes: 1 float32 matmul, conv or rnn cases with no recorded mode*"])
     told = pytester.runpytest(*common, "--npu-precision-fp32-modes", "conv=hf32")
-    told.stdout.fnmatch_lines(["*float32 matmul ieee, conv hf32, rnn ieee (judged as-run)*"])
+    told.stdout.fnmatch_lines(["npu-precision: float32 matmul ieee, conv hf32, rnn ieee on the device; policy as-run *"])
     record = json.loads((pytester.path / "r" / "cases.jsonl").read_text().splitlines()[0])
     assert record["float32_mode"] == "hf32" and record["status"] == "pass"
 

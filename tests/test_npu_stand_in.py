@@ -45,8 +45,10 @@ def stand_in(monkeypatch):
 
 def header(name: str, versions: str, settings: str) -> str:
     return (f"npu-precision: device {name} (Ascend910B2-standin; torch {torch.__version__}, {versions}; {settings}), "
-            f"float32 matmul ieee, conv hf32, rnn ieee (judged as-run), golden cpu float64, baseline none, "
-            f"seed crc32(case id) per case")
+            f"golden cpu float64, baseline none, seed crc32(case id) per case")
+
+
+FLOAT32_LINE = "npu-precision: float32 matmul ieee, conv hf32, rnn ieee on the device; policy as-run (--npu-precision-fp32)"
 
 
 # ---------------------------------------------------------------- torch_npu that does not import
@@ -148,7 +150,8 @@ def test_info_names_the_chip_versions_and_settings(adapter):
         "name": "npu:1", "device_name": "Ascend910B2-standin",
         "versions": {"torch": torch.__version__, "torch_npu": "2.13.0.standin"},
         "settings": {"inf_nan_mode": "on", "deterministic": "on"}}
-    assert adapter["header"] == header("npu:1", "torch_npu 2.13.0.standin", "inf_nan_mode on, deterministic on")
+    assert adapter["header"] == [header("npu:1", "torch_npu 2.13.0.standin", "inf_nan_mode on, deterministic on"),
+                                 FLOAT32_LINE]
 
 
 def test_each_call_runs_deterministic_with_the_case_seed_on_the_npu_too(adapter):

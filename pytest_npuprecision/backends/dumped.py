@@ -24,7 +24,7 @@ class DumpedOutputs(Backend):
         super().__init__("cpu", name=DUMPED)
 
     def info(self) -> BackendInfo:
-        return BackendInfo(DUMPED, "the results recorded in the dump (no op runs on this side)",
+        return BackendInfo(DUMPED, "the results recorded in the dump, no op runs on this side",
                            (("torch", torch.__version__),))
 
     def float32_modes(self) -> Float32Modes:

@@ -96,7 +96,7 @@ def describe_modes(modes: dict[str, Any]) -> str:
     """'float32 matmul ieee, conv tf32, rnn tf32' from Float32Modes.as_dict(); 'float32 ieee' when
     nothing is reduced. From the dict, so that the xdist controller says it as its workers sent it."""
     if not modes.get("known", True):
-        return "float32 mode not recorded (judged as ieee)"
+        return "float32 modes not recorded, taken as ieee"
     if all(modes.get(family, "ieee") == "ieee" for family in FAMILIES):
         return "float32 ieee"
     return "float32 " + ", ".join(f"{family} {modes.get(family, 'ieee')}" for family in FAMILIES)

@@ -58,9 +58,9 @@ def collecting_layer(config: pytest.Config) -> ModuleType:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     facts = local_facts(config)
     if facts is None:  # the xdist controller of a dump run names the device when its workers have
-        return [run_facts.options_header(config)] if found_dumps(config) else None
+        return run_facts.options_header(config) if found_dumps(config) else None
     note = run_facts.fallback_note(config, facts)
-    return [facts.header()] + ([note] if note else [])
+    return facts.header() + ([note] if note else [])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -78,7 +78,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     local = local_facts(config)
     facts = local or run_facts.from_workers(config)
     if local is None and facts is not None:
-        terminalreporter.write_line(f"npu-precision: the xdist workers ran device {facts.device_text}")
+        terminalreporter.write_line(f"npu-precision: the xdist workers ran device {facts.device_text}, "
+                                    f"{facts.float32_text}")
     note = run_facts.fallback_note(config, facts)
     if note is not None:
         terminalreporter.write_line(note, yellow=True, bold=True)

@@ -216,7 +216,8 @@ class DumpCaseItem(pytest.Item):
         except CaseSkipped as skipped:
             self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
                                               reason=skipped.reason, framework=framework)
-            pytest.skip(f"[{skipped.reason}] {skipped}")
+            shown = str(skipped) if shown_key(self.case.key) in str(skipped) else f"{shown_key(self.case.key)}: {skipped}"
+            pytest.skip(f"[{skipped.reason}] {shown}")
         except CaseInputError as bad:
             self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad),
                                               framework=framework)
@@ -267,6 +268,9 @@ class DumpCaseItem(pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
+    if report.skipped and isinstance(item, (DumpCaseItem, BaselineOnlyItem)) and isinstance(report.longrepr, tuple):
+        # -rs names the dump.json the entry is in, not the line of this plugin that skipped it
+        report.longrepr = (str(item.case.source), None, report.longrepr[2])
     if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, _CLEAN_FAILURES):
         # A Python op case fails with the op case's message, as a YAML one does: no traceback, no --full-trace hint.
         report.longrepr = str(call.excinfo.value)

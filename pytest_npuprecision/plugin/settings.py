@@ -48,12 +48,18 @@ def _error_data_folder(config: pytest.Config) -> Path | None:
 
 def _device_option(config: pytest.Config) -> Backend:
     """The device under test, told its float32 modes or pinned to IEEE float32 as the options say."""
-    from ..backends import BackendError
+    from ..backends import BackendError, DumpedOutputs
     from ..common.math_modes import declared_modes
 
     device = backend_option(config, "npu_precision_device", "device")
     declared = config.getoption("npu_precision_fp32_modes")
     if declared is not None:
+        if not isinstance(device, DumpedOutputs) and getattr(device.device, "type", "") != "npu":
+            # A live cpu or cuda backend reads its own modes: declared ones would loosen its bounds unasked.
+            raise pytest.UsageError(
+                f"--npu-precision-fp32-modes declares the modes of a device that cannot tell them (a dump judged "
+                f"with --npu-precision-device dumped, or an NPU under CANN's ACL_PRECISION_MODE); device "
+                f"{device.name} runs here and reads its own: drop the option")
         device.declared_float32 = declared_modes(declared)
     if config.getoption("npu_precision_fp32") == "run-ieee":
         if declared is not None:

@@ -228,7 +228,9 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     statuses = failing_statuses(strict_warnings)
     lines = []
     if records:
-        lines.append("cases: " + counts(r["status"] for r in records))
+        skipped = [r for r in records if r["status"] == "skip"]
+        why = f" ({_skip_reasons(skipped)})" if skipped else ""
+        lines.append("cases: " + counts(r["status"] for r in records) + why)
     if judged_nothing(records):
         lines.append(f"NOTHING JUDGED: every one of the {len(records)} cases skipped ({_skip_reasons(records)}), so "
                      f"this run checked no precision and exits 5; `pytest -rs` shows each reason")

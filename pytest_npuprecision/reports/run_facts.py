@@ -55,16 +55,18 @@ class RunFacts:
 
     @property
     def float32_text(self) -> str:
-        """'float32 matmul ieee, conv tf32, rnn tf32 (judged as-run)': the device's modes and the policy."""
+        """'float32 matmul ieee, conv tf32, rnn tf32 on the device; policy as-run': its modes, then the policy."""
         float32 = self.described.get("float32")
         if not float32:
             return "float32 ieee"
-        return f"{describe_modes(float32['device_modes'])} (judged {float32['policy']})"
+        modes = describe_modes(float32["device_modes"])
+        where = "" if "not recorded" in modes else " on the device"
+        return f"{modes}{where}; policy {float32['policy']} (--npu-precision-fp32)"
 
-    def header(self) -> str:
-        """The one line that says what this run compared: device, golden, baseline and seeds."""
-        return (f"npu-precision: device {self.device_text}, {self.float32_text}, golden {self.golden_label}, "
-                f"baseline {self.baseline_label}, seed {SEED}")
+    def header(self) -> list[str]:
+        """What this run compared: the device, golden, baseline and seeds; then its float32 line."""
+        return [f"npu-precision: device {self.device_text}, golden {self.golden_label}, "
+                f"baseline {self.baseline_label}, seed {SEED}", f"npu-precision: {self.float32_text}"]
 
 
 def checked_only_by_loading(config: pytest.Config) -> bool:
@@ -72,12 +74,13 @@ def checked_only_by_loading(config: pytest.Config) -> bool:
     return any(config.getoption(name) not in values for name, values in _ALWAYS_LOADS.items())
 
 
-def options_header(config: pytest.Config) -> str:
+def options_header(config: pytest.Config) -> list[str]:
     """The xdist controller's header, before any worker has loaded a backend: the options as given."""
-    return (f"npu-precision: device {config.getoption('npu_precision_device')} (resolved by the xdist "
-            f"workers: see the end of the run), float32 judged {config.getoption('npu_precision_fp32')}, "
-            f"golden {config.getoption('npu_precision_golden')} float64, "
-            f"baseline {config.getoption('npu_precision_baseline')}, seed {SEED}")
+    return [f"npu-precision: device {config.getoption('npu_precision_device')} (resolved by the xdist "
+            f"workers: see the end of the run), golden {config.getoption('npu_precision_golden')} float64, "
+            f"baseline {config.getoption('npu_precision_baseline')}, seed {SEED}",
+            f"npu-precision: float32 policy {config.getoption('npu_precision_fp32')} (--npu-precision-fp32); the "
+            f"device's modes: see the end of the run"]
 
 
 def from_workers(config: pytest.Config) -> RunFacts | None:
