@@ -107,8 +107,22 @@ def test_only_the_device_under_test_can_be_auto():
 def test_an_unknown_name_lists_what_is_accepted():
     with pytest.raises(BackendError) as error:
         load_backend("gpu")
-    assert str(error.value) == ("'gpu' is not a device or backend: use auto, cpu, cuda[:N], npu[:N], module:object, "
-                                "or an installed backend (none installed)")
+    assert str(error.value) == ("'gpu' is not a device or backend (did you mean cuda?): use auto, dumped, cpu, "
+                                "cuda[:N], npu[:N], module:object, or an installed backend (none installed)")
+
+
+@pytest.mark.parametrize("typed, meant", [("dumpd", "dumped"), ("npu0", "npu:0"), ("cuda1", "cuda:1"),
+                                          ("gpu2", "cuda:2"), ("cpuu", "cpu"), ("Ascend", "npu")])
+def test_a_mistyped_device_says_what_was_meant(typed, meant):
+    with pytest.raises(BackendError) as error:
+        load_backend(typed)
+    assert f"(did you mean {meant}?)" in str(error.value)
+
+
+def test_a_baseline_is_never_offered_dumped():
+    with pytest.raises(BackendError) as error:
+        load_backend("dumpd", "baseline")
+    assert "dumped" not in str(error.value).split(":", 1)[1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="cuda is available here")
@@ -200,8 +214,9 @@ def test_an_unknown_name_lists_the_installed_backends(installed):
     ("--npu-precision-golden", "auto", "--npu-precision-golden 'auto' cannot compute in float64 here: use cpu or "
                                        "cuda[:N]"),
     ("--npu-precision-baseline", "auto", "--npu-precision-baseline: the baseline cannot be auto: name it (cpu or cuda)"),
-    ("--npu-precision-device", "gpu", "--npu-precision-device: 'gpu' is not a device or backend: use auto, cpu, "
-                                      "cuda[:N], npu[:N], module:object, or an installed backend (none installed)"),
+    ("--npu-precision-device", "gpu", "--npu-precision-device: 'gpu' is not a device or backend (did you mean cuda?): "
+                                      "use auto, dumped, cpu, cuda[:N], npu[:N], module:object, or an installed "
+                                      "backend (none installed)"),
     ("--npu-precision-device", "no_such_backend_module:Remote",
      "--npu-precision-device: backend 'no_such_backend_module:Remote' does not load (ModuleNotFoundError: No module "
      "named 'no_such_backend_module'): give module:object with the module importable from here"),

@@ -173,5 +173,5 @@ def test_bad_options_are_usage_errors(pytester):
     result = pytester.runpytest("--npu-precision", "no/such/dump")
     result.stderr.fnmatch_lines(["*--npu-precision 'no/such/dump' does not exist: give a dump.json or a dump folder*"])
     result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_tensor")), "--npu-precision-device", "gpu0")
-    result.stderr.fnmatch_lines(["*--npu-precision-device: 'gpu0' is not a device or backend: use auto, cpu, "
-                                 "cuda[[]:N], npu[[]:N], module:object, or an installed backend*"])
+    result.stderr.fnmatch_lines(["*--npu-precision-device: 'gpu0' is not a device or backend (did you mean cuda:0?): "
+                                 "use auto, dumped, cpu, cuda[[]:N], npu[[]:N], module:object, or an installed backend*"])

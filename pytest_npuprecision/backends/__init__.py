@@ -11,8 +11,10 @@ Layer: beside ``ops``, under ``dump`` (docs/architecture.md); imports only ``com
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
+import re
 import sys
 from pathlib import Path
 from typing import Literal, Sequence
@@ -60,7 +62,24 @@ def load_backend(spec: str | torch.device | Backend, role: Role = "device", *, a
         return Backend(text)
     if ":" in text:
         return _from_object(text, text, search)
-    return _from_entry_point(text)
+    return _from_entry_point(text, role)
+
+
+# Names people type for a device: the one they mean.
+_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "ascend": "npu", "offline": "dumped", "dump": "dumped"}
+
+
+def _did_you_mean(name: str, role: str, installed) -> str:
+    lowered = name.lower()
+    numbered = re.fullmatch(r"(cuda|npu|gpu)(\d+)", lowered)
+    if numbered:
+        return f" (did you mean {_ALIASES.get(numbered[1], numbered[1])}:{numbered[2]}?)"
+    names = ["auto", DUMPED, "cpu", "cuda", "npu"] if role == "device" else ["cpu", "cuda", "npu"]
+    alias = _ALIASES.get(lowered)
+    if alias in names:
+        return f" (did you mean {alias}?)"
+    close = difflib.get_close_matches(lowered, names + sorted(installed), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def auto_backend() -> Backend:
@@ -123,12 +142,13 @@ def _as_backend(target: object, shown: str) -> Backend:
     return target
 
 
-def _from_entry_point(name: str) -> Backend:
+def _from_entry_point(name: str, role: str = "device") -> Backend:
     installed = {e.name: e for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     if name not in installed:
         known = ", ".join(sorted(installed)) or "none installed"
-        raise BackendError(f"{name!r} is not a device or backend: use auto, cpu, cuda[:N], npu[:N], module:object, "
-                           f"or an installed backend ({known})")
+        builtin = "auto, dumped, cpu, cuda[:N], npu[:N]" if role == "device" else "cpu, cuda[:N], npu[:N]"
+        raise BackendError(f"{name!r} is not a device or backend{_did_you_mean(name, role, installed)}: use "
+                           f"{builtin}, module:object, or an installed backend ({known})")
     try:
         target = installed[name].load()
     except Exception as exc:

@@ -121,6 +121,20 @@ _BY_NAME = {"ieee": IEEE, "tf32": tf32(), "hf32": hf32(), "float16": half_produc
             "bfloat16": half_products("bfloat16")}
 
 
+# The line that turns a declared mode off in training: TF32 on a GPU, HF32 on an NPU (each family its own
+# switch; cuDNN's covers convolutions and RNNs), a half type through CANN's precision mode.
+_CANN_OFF = "torch_npu.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})"
+_SWITCHES_OFF = {
+    **{("tf32", family): switch for family, switch in (("matmul", "torch.backends.cuda.matmul.allow_tf32 = False"),
+                                                        ("conv", "torch.backends.cudnn.allow_tf32 = False"),
+                                                        ("rnn", "torch.backends.cudnn.allow_tf32 = False"))},
+    **{("hf32", family): f"torch.npu.{'matmul' if family == 'matmul' else 'conv'}.allow_hf32 = False"
+       for family in FAMILIES},
+    **{(half, family): _CANN_OFF for half in ("float16", "bfloat16") for family in FAMILIES},
+    **{("ieee", family): "" for family in FAMILIES},
+}
+
+
 def declared_modes(text: str) -> Float32Modes:
     """The modes a run is told (--npu-precision-fp32-modes): an ACL_PRECISION_MODE value, or
     FAMILY=MODE pairs such as ``conv=hf32,matmul=ieee``. ValueError names what is wrong and the fix."""
@@ -129,8 +143,7 @@ def declared_modes(text: str) -> Float32Modes:
         half = ACL_PRECISION_MODES[text]
         if half is None:
             return Float32Modes()
-        mode = half_products(half, f"ACL_PRECISION_MODE {text!r} ({setting})",
-                             "torch_npu.npu.set_option({'ACL_PRECISION_MODE': 'must_keep_origin_dtype'})")
+        mode = half_products(half, f"ACL_PRECISION_MODE {text!r} ({setting})", _CANN_OFF)
         return Float32Modes(matmul=mode, conv=mode)
     modes = {}
     for pair in filter(None, (p.strip() for p in text.split(","))):
@@ -139,7 +152,7 @@ def declared_modes(text: str) -> Float32Modes:
             raise ValueError(f"float32 modes {text!r}: {pair!r} is not FAMILY=MODE with FAMILY one of "
                              f"{', '.join(FAMILIES)} and MODE one of {', '.join(_BY_NAME)}; or give an "
                              f"ACL_PRECISION_MODE value ({', '.join(ACL_PRECISION_MODES)})")
-        modes[family] = replace(_BY_NAME[name], setting=setting, switch_off="the switch that set it in training")
+        modes[family] = replace(_BY_NAME[name], setting=setting, switch_off=_SWITCHES_OFF[name, family])
     if not modes:
         raise ValueError(f"float32 modes {text!r} names no family: give FAMILY=MODE pairs such as conv=hf32")
     return Float32Modes(**modes)

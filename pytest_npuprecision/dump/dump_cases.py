@@ -200,7 +200,7 @@ def _load_dump(path: Path, label: str | None, root: Path | str | None) -> DumpFi
     if reader is None:  # read whole: the entries are kept decoded
         data = {key: (_facts(key, value), LoadedEntry(value)) for key, value in data.items()}
     duplicates = {} if reader is None else reader.duplicates
-    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label, duplicates)))
+    return DumpFile(**empty, **meta, cases=tuple(_cases(data, path, label, duplicates, meta["level"])))
 
 
 def _unreadable(path: Path, root: Path | str | None) -> str | None:
@@ -253,9 +253,10 @@ def _facts(key: str, entry: Any) -> _Facts:
     return _Facts(False, entry is None, False, problem)
 
 
-def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str, duplicates: dict[str, int]):
+def _cases(data: dict[str, tuple[_Facts, Entry]], source: Path, location: str, duplicates: dict[str, int],
+           level: str | None = None):
     for order, (key, (facts, entry)) in enumerate(data.items()):
-        case = _case(key, facts, entry, order, data, source, location)
+        case = _case(key, facts, entry, order, data, source, location, level)
         problem = _key_problem(case, source, duplicates) if duplicates or not key.isprintable() else None
         yield case if problem is None else dataclasses.replace(case, input_error=problem)
 
@@ -281,7 +282,7 @@ def _key_problem(case: DumpCase, source: Path, duplicates: dict[str, int]) -> st
 
 
 def _case(key: str, facts: _Facts, entry: Entry, order: int, data: dict[str, tuple[_Facts, Entry]], source: Path,
-          location: str) -> DumpCase:
+          location: str, level: str | None = None) -> DumpCase:
     parsed = _parse_key(key)
     if parsed is None:
         parsed = (key.split(".", 1)[0], "", -1, "", key, key)
@@ -297,7 +298,7 @@ def _case(key: str, facts: _Facts, entry: Entry, order: int, data: dict[str, tup
         forward = None  # a null entry is no entry
     case_id = _case_id(location, key)
     if skip is None:
-        skip = _known_skip(prefix, direction, forward_key, forward)
+        skip = _known_skip(prefix, direction, forward_key, forward, level)
     if skip is None and direction == "backward" and facts.grads_problem is not None:  # the case keeps no such entry
         skip = (SkipReason.MALFORMED_ENTRY, f"{facts.grads_problem}; re-dump this API or delete the entry")
     backward = backward if backward is not None and backward[0].is_object else None
@@ -340,9 +341,13 @@ def _backward_key(parsed: tuple) -> str:
     return f"Module.{name}.backward.{index}" if prefix == "Module" else f"{api}.backward"
 
 
-def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any) -> tuple[SkipReason, str] | None:
+def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any,
+                level: str | None = None) -> tuple[SkipReason, str] | None:
     """(reason, detail) for a case that cannot run, from its key and which entries exist; else None."""
     if prefix == "Module" or direction == "parameters_grad":
+        if level == "mix":  # the API calls inside the module are in this dump too, each its own case
+            return SkipReason.MODULE_ENTRY, ("a module-level entry, not one API call: this mix dump also holds the "
+                                             "API calls inside the module, and each of them is judged")
         return SkipReason.MODULE_ENTRY, "module-level entries are not single API calls; dump with level L1 or mix"
     if prefix in _UNSUPPORTED_PREFIXES:
         return SkipReason.UNSUPPORTED_PREFIX, f"{prefix} APIs cannot be re-run as a single op"

@@ -42,16 +42,17 @@ def recorded_results(case: Any, entries: CaseEntries, data_dir: Path) -> Recorde
     value = entries.output(backward=case.direction != "forward")
     decoded = decode_for(case.key, lambda v: decode_value(v, "output"), value, case.source)
     named = _named(decoded if isinstance(decoded, list) else [decoded], "output")
-    files = [(name, spec) for name, spec in named if spec.data_name is not None]
+    # msprobe writes no file for an empty tensor (index_select selecting nothing): its shape is all there is
+    files = [(name, spec) for name, spec in named if spec.data_name is not None or spec.numel == 0]
     inline = _inline_results(decoded if isinstance(decoded, list) else [decoded])
     if not named and inline and case.direction == "forward":  # Tensor.__bool__: the dump holds the value itself
         return RecordedResults(outputs=inline)
-    if not files:
+    if not files or not any(spec.data_name is not None for _, spec in files) and any(s.numel for _, s in named):
         what = "gradients" if case.direction == "backward" else "outputs"
         raise NothingRecorded(f"{case.key}: the dump holds no {what} tensor files (a statistics dump, or "
                               f"data_mode without them), so there is no device result to judge; dump with "
                               f"task 'tensor' and data_mode 'all' to check it offline")
-    loaded = tuple((name, _as_tensor(load_tensor(data_dir, spec, case.key))) for name, spec in files)
+    loaded = tuple((name, _recorded_tensor(data_dir, spec, case.key)) for name, spec in files)
     if case.direction == "forward":
         return RecordedResults(outputs=loaded)
     by_position = dict(loaded)  # top-level positions keep their place: a null gradient is a gap, not nothing
@@ -216,6 +217,12 @@ def _inline_results(values: list) -> tuple[tuple[str, torch.Tensor], ...]:
     if not values or not all(exact):
         return ()
     return tuple((f"output.{i}", torch.tensor(value)) for i, value in enumerate(values))
+
+
+def _recorded_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor:
+    if spec.data_name is None:  # an empty tensor, recorded by its shape and dtype alone
+        return torch.empty(spec.shape, dtype=spec.dtype)
+    return _as_tensor(load_tensor(data_dir, spec, key))
 
 
 def _as_tensor(value: Any) -> torch.Tensor:

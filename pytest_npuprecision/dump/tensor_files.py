@@ -31,6 +31,10 @@ def load_tensor(data_dir: Path, spec: TensorSpec, key: str) -> torch.Tensor | np
         return DumpDataError(key, spec.where, shown, problem)
 
     path = _inside(Path(data_dir), name)
+    if path is None and os.path.islink(data_dir):  # the folder, not the entry, leads out of the dump
+        raise DumpDataError(key, spec.where, data_dir, f"is a link to {os.path.realpath(data_dir)}, outside the dump: "
+                                                       f"no tensor file is read through it; copy the folder into "
+                                                       f"the dump instead of linking it")
     if path is None:
         raise fail("is outside dump_tensor_data/; data_name must be a plain file name inside that folder")
     suffix = path.suffix.lower()

@@ -92,6 +92,9 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | Base
     if value.endswith(".json"):
         raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a file written by "
                                 f"--npu-precision-record, a device, or none")
+    if "/" in value or os.sep in value or value.startswith(("~", ".")):  # a path, not a device's name
+        raise pytest.UsageError(f"--npu-precision-baseline {value!r} does not exist: give a dump folder (a dump root, "
+                                f"step or rank folder), a file written by --npu-precision-record, a device, or none")
     return backend_option(config, "npu_precision_baseline", "baseline")
 
 
