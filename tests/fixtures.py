@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES", Path(__file__).resolve().parent / "data" / "msprobe-dumps"))
+# An empty value counts as unset: Path("") would be the current folder, where no fixture is.
+FIXTURES = Path(os.environ.get("NPU_PRECISION_FIXTURES") or Path(__file__).resolve().parent / "data" / "msprobe-dumps")
 # The seven msprobe dumps the tests read (tests/data/msprobe-dumps/README.md describes them).
 DUMP_FOLDERS = ("mlp_statistics", "mlp_tensor", "mlp_fp16_tensor", "transformer_tensor", "transformer_bf16_tensor",
                 "transformer_mix_statistics", "mlp_L0_tensor")
@@ -23,7 +24,7 @@ def _missing(relative: str | Path) -> str | None:
     path = FIXTURES / relative
     if path.exists():
         return None
-    where = ("$NPU_PRECISION_FIXTURES" if "NPU_PRECISION_FIXTURES" in os.environ
+    where = ("$NPU_PRECISION_FIXTURES" if os.environ.get("NPU_PRECISION_FIXTURES")
              else "tests/data/msprobe-dumps (restore it with git checkout, or set $NPU_PRECISION_FIXTURES)")
     return f"msprobe fixture dump {path} is missing: the dumps come from {where}"
 

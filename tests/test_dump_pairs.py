@@ -199,8 +199,12 @@ def test_different_models_pair_nothing_and_lose_nothing(pytester, tmp_path):
     assert device == set(alone)  # every case of the device dump is there, judged on its own
     assert not _failing(records)
     assert all(records[c]["baseline_state"] == "unpaired" for c in device if records[c]["status"] != "skip")
-    result.stdout.fnmatch_lines(["pairing: 0 of * judged entries paired with the baseline dump; *. NOTHING PAIRED: are "
-                                 "they dumps of the same model and step? Each entry was judged on its own"])
+    result.stdout.fnmatch_lines(["pairing: 0 of * judged entries paired with the baseline dump; *",
+                                 "NOTHING PAIRED: none of the * judged entries has a partner in the baseline dump, so "
+                                 "nothing was compared with it; are they dumps of the same model, step and rank? *",
+                                 "npu-precision: exit status 5: no entry paired with the baseline dump, so nothing "
+                                 "was compared"])
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED  # a gate that compared nothing is not green
 
 
 def test_a_folder_without_a_dump_is_one_usage_error(pytester, tmp_path, pair):

@@ -24,11 +24,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    if node_ids_pasted(args):  # before the options are parsed: they read the rewritten arguments
+        early_config.known_args_namespace = parser.parse_known_args(args, namespace=early_config.known_args_namespace)
     if getattr(early_config.known_args_namespace, "npu_precision", None):
         from .dump_options import keep_cache_out_of_dumps
 
         keep_cache_out_of_dumps(early_config)
+
+
+_BASELINE_ONLY = " (baseline only)"
+
+
+def node_ids_pasted(args: list[str]) -> bool:
+    """Turn each dump case's node id, as pytest prints it after FAILED (``DUMP::step0/rank0::API.0.forward``), into
+    ``--npu-precision DUMP --npu-precision-case step0/rank0::API.0.forward``, in place: pytest refuses a folder
+    with ``::`` parts. Other arguments (``test_x.py::test_y``) are left to pytest. Whether any was rewritten."""
+    given = {str(Path(value).resolve()) for value in _option_values(args, "--npu-precision")}
+    rewritten = False
+    for position, arg in reversed(list(enumerate(args))):
+        head, separator, case_id = arg.partition("::")
+        if not separator or arg.startswith("-") or not case_id or not _dump_path(Path(head)):
+            continue
+        extra = [] if str(Path(head).resolve()) in given else ["--npu-precision", head]
+        given.add(str(Path(head).resolve()))
+        args[position:position + 1] = [*extra, "--npu-precision-case", case_id.removesuffix(_BASELINE_ONLY)]
+        rewritten = True
+    return rewritten
+
+
+def _dump_path(path: Path) -> bool:
+    return path.is_dir() or path.name == "dump.json" and path.is_file()
+
+
+def _option_values(args: list[str], option: str) -> list[str]:
+    found = []
+    for position, arg in enumerate(args):
+        if arg == option and position + 1 < len(args):
+            found.append(args[position + 1])
+        elif arg.startswith(option + "="):
+            found.append(arg.split("=", 1)[1])
+    return found
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -37,9 +37,35 @@ def pairing_line(records: list[dict]) -> str | None:
     only = [r for r in records if r.get("baseline_state") == "baseline-only"]
     if only:
         line += f"; {len(only)} only in the baseline dump ({_named(only)})"
-    if judged and not states["dump"]:
-        line += ". NOTHING PAIRED: are they dumps of the same model and step? Each entry was judged on its own"
+    failing = baseline_failures(records)
+    if failing:
+        line += (f"; the baseline dump's own entry fails its standard in {len(failing)} pairs "
+                 f"({', '.join(_partner_ids(failing))})")
     return line
+
+
+def paired_nothing(records: list[dict]) -> bool:
+    """A baseline dump was given, entries were judged, and not one paired: two dumps of different models."""
+    states = Counter(r.get("baseline_state") for r in records)
+    return has_dump_baseline(records) and states["unpaired"] > 0 and not states["dump"]
+
+
+def nothing_paired_line(records: list[dict]) -> str:
+    unpaired = [r for r in records if r.get("baseline_state") == "unpaired"]
+    return (f"NOTHING PAIRED: none of the {len(unpaired)} judged entries has a partner in the baseline dump, so "
+            f"nothing was compared with it; are they dumps of the same model, step and rank? Each entry was "
+            f"judged on its own standard")
+
+
+def baseline_failures(records: list[dict]) -> list[dict]:
+    """The paired records whose partner in the baseline dump fails its own standard, in execution order."""
+    return sorted((r for r in records if (r.get("baseline_case") or {}).get("status") in ("error", "warning")),
+                  key=lambda r: (r["location"], r["order"]))
+
+
+def _partner_ids(records: list[dict]) -> list[str]:
+    shown = [r["baseline_case"]["case_id"] for r in records[:_LISTED]]
+    return shown + ([f"and {len(records) - _LISTED} more"] if len(records) > _LISTED else [])
 
 
 def first_parting(records: list[dict]) -> dict[str, dict]:
@@ -57,8 +83,13 @@ def parting_lines(records: list[dict]) -> list[str]:
     if not has_dump_baseline(records):
         return []
     firsts = first_parting(records)
+    failing = baseline_failures(records)
+    caveat = (f"; but the baseline dump fails its own standard in {len(failing)} pairs, first "
+              f"{failing[0]['baseline_case']['case_id']}: where both err, the pair does not part"
+              if failing else "")
     if not firsts:
-        return ["where the dumps part: nowhere; no API errs worse than its baseline dump's beyond the benchmark limits"]
+        return ["where the dumps part: nowhere; no API errs worse than its baseline dump's beyond the benchmark "
+                f"limits{caveat}"]
     return [f"where the dumps first part in {location or 'dump'}: {shown_key(record['key'])} "
             f"({record['parted'][0]})" for location, record in firsts.items()]
 

@@ -94,7 +94,7 @@ class KnownFailureGate:
             if case_id is None:
                 continue
             collected_case_ids(self.config).add(case_id)
-            entry = self.entries.get(case_id)
+            entry = known_failures.lookup(self.entries, case_id)
             if entry is not None:
                 reason = (f"known failure {case_id} ({entry.status}, accepted {entry.accepted}): "
                           f"{entry.reason or 'no reason given'}")
@@ -102,14 +102,14 @@ class KnownFailureGate:
 
     def regressions(self, record: dict) -> list[str]:
         """What got worse than the listed failure accepts; empty for unlisted cases."""
-        entry = self.entries.get(record["case_id"])
+        entry = known_failures.lookup(self.entries, record["case_id"])
         if entry is None or entry.status != record["status"]:
             return []
         return known_failures.regressions(entry, record, self.margin, self.strict_warnings)
 
     def annotate(self, record: dict, report: pytest.TestReport) -> None:
         """Put what became of a listed case into its record: xfail, regression, fixed, changed or skipped."""
-        entry = self.entries.get(record["case_id"])
+        entry = known_failures.lookup(self.entries, record["case_id"])
         if entry is None:
             return
         worse = self.regressions(record)
@@ -138,10 +138,10 @@ class KnownFailureGate:
         if self.config.getoption("lf", False) or self.config.getoption("stepwise", False):
             self.stale_unchecked = "--lf and --sw collect only part of the cases"
         else:
-            self.stale = tuple(sorted(set(self.entries) - collected))
+            self.stale = tuple(known_failures.stale_entries(self.entries, collected))
         if self.config.getoption("npu_precision_update_known_failures"):
             today = datetime.date.today().isoformat()
-            keep = collected if not self.stale_unchecked else collected | set(self.entries)
+            keep = collected if not self.stale_unchecked else collected | set(self.entries)  # no entry is stale
             self.update = known_failures.updated(self.entries, records, keep, today, self.strict_warnings)
             known_failures.dump(self.update.entries, self.path)
 

@@ -22,9 +22,11 @@ This module reads and writes the file and compares records with it; it knows not
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -107,6 +109,27 @@ def dump(entries: Mapping[str, KnownFailure], path: Path) -> None:
     path.write_text(text + "\n", encoding="utf-8")
 
 
+def lookup(entries: Mapping[str, KnownFailure], case_id: str) -> KnownFailure | None:
+    """The entry of a case: its own, else the first (by key) whose ``*`` wildcards cover it, so that one entry
+    such as ``step*/rank*::Functional.gelu.0.forward`` accepts one kernel bug on every rank and step."""
+    entry = entries.get(case_id)
+    if entry is not None:
+        return entry
+    return next((entries[key] for key in sorted(entries) if "*" in key and _pattern(key).fullmatch(case_id)), None)
+
+
+def stale_entries(entries: Mapping[str, KnownFailure], collected: set[str]) -> list[str]:
+    """The keys that cover no collected case, sorted."""
+    return sorted(key for key in entries if key not in collected and
+                  not ("*" in key and any(_pattern(key).fullmatch(case_id) for case_id in collected)))
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(key: str) -> re.Pattern:
+    """``*`` matches any run of characters, '/' and '::' included; everything else is literal."""
+    return re.compile(".*".join(re.escape(part) for part in key.split("*")), re.DOTALL)
+
+
 def regressions(entry: KnownFailure, record: dict, margin: float, strict_warnings: bool = False) -> list[str]:
     """How a listed case's failing checks are worse than accepted; empty when they are not."""
     found = []
@@ -153,11 +176,18 @@ def updated(old: Mapping[str, KnownFailure], records: Iterable[dict], collected:
     Cases that were collected but not judged (deselected, skipped, a harness error) keep their
     entry; entries that match no collected case are stale and dropped.
     """
-    entries = {case_id: entry for case_id, entry in old.items() if case_id in collected}
+    stale = stale_entries(old, collected)
+    entries = {case_id: entry for case_id, entry in old.items() if case_id not in stale}
     added, changed, fixed = [], [], []
+    covered: dict[str, bool] = {}  # a wildcard entry: whether a case it covers still fails
     for record in records:
-        case_id, previous = record["case_id"], old.get(record["case_id"])
-        if record["status"] in ACCEPTABLE and is_failing(record, strict_warnings):
+        case_id, previous = record["case_id"], lookup(old, record["case_id"])
+        failing = record["status"] in ACCEPTABLE and is_failing(record, strict_warnings)
+        if previous is not None and previous.case_id != case_id:  # a wildcard entry covers it: kept as written
+            if failing or record["status"] in ("pass", "warning"):
+                covered[previous.case_id] = covered.get(previous.case_id, False) or failing
+            continue
+        if failing:
             entry = entry_from_record(record, previous.reason if previous else REASON_PLACEHOLDER, today,
                                       strict_warnings)
             if previous is not None and _same(previous, entry):
@@ -170,7 +200,10 @@ def updated(old: Mapping[str, KnownFailure], records: Iterable[dict], collected:
         elif record["status"] in ("pass", "warning") and previous is not None:
             entries.pop(case_id, None)
             fixed.append(case_id)
-    stale = sorted(set(old) - collected)
+    for key, still in covered.items():
+        if not still:  # every case it covers that ran passed
+            entries.pop(key, None)
+            fixed.append(key)
     return Update(entries, tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(fixed)), tuple(stale))
 
 

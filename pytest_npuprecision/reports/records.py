@@ -129,6 +129,9 @@ def carried(record: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
         return record
     return {"case_id": record["case_id"], "location": record["location"], "order": record["order"],
             "status": record["status"], **({"reason": record["reason"]} if record["reason"] else {}),
-            # Beside a baseline dump, the summary counts the paired entries and those only the baseline holds.
+            # Beside a baseline dump, the summary counts the paired entries and those only the baseline holds,
+            # and names the partners that fail their own standard.
             **({"baseline_state": record["baseline_state"]} if record["baseline_state"] in _PAIRING else {}),
+            **({"baseline_case": {"case_id": record["baseline_case"]["case_id"],
+                                  "status": record["baseline_case"]["status"]}} if record.get("baseline_case") else {}),
             "outputs": [{"standard": o["standard"], "status": o["status"]} for o in record["outputs"]]}

@@ -23,7 +23,7 @@ from ..common.shown_text import shown_key
 from ..precision.meanings import failure_sections
 from ..replay import threads
 from . import run_facts
-from .dump_pairs import pairing_line, parting_lines
+from .dump_pairs import nothing_paired_line, paired_nothing, pairing_line, parting_lines
 from .gating import GATE, KnownFailureGate
 from .html import Gating, write_html
 from .known_failures import REASON_PLACEHOLDER, without_reason
@@ -130,7 +130,7 @@ class Collector:
         if gate is not None and gate.fails_run and session.exitstatus in (pytest.ExitCode.OK,
                                                                           pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if judged_nothing(records) and session.exitstatus == pytest.ExitCode.OK:
+        if (judged_nothing(records) or paired_nothing(records)) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # a gate that checked nothing is not green
         self.last_line = self._last_line(records, int(session.exitstatus))
 
@@ -139,6 +139,8 @@ class Collector:
         if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and judged_nothing(records):
             return (f"npu-precision: exit status 5: no case was judged, all {len(records)} skipped "
                     f"({_skip_reasons(records)})")
+        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and paired_nothing(records):
+            return "npu-precision: exit status 5: no entry paired with the baseline dump, so nothing was compared"
         gate = self.gate
         stale = len(gate.stale) if gate is not None and gate.fails_run else 0
         reasons = exit_reasons(records, self.strict_warnings, stale, gate is not None and gate.update is not None)
@@ -243,6 +245,7 @@ def summary_lines(records: list[dict], gate: KnownFailureGate | None, written: l
     lines += _collective_lines(records)
     pairing = pairing_line(records)
     lines += [pairing] if pairing else []
+    lines += [nothing_paired_line(records)] if paired_nothing(records) else []
     lines += parting_lines(records)
     for location, record in first_failing(records, strict_warnings).items():
         text = worst_text(record, statuses)
