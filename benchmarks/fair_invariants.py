@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from pytest_npuprecision.checks.one_call import CallVerdict, _resolved, judge_run
+from pytest_npuprecision.common.torch_compat import rms_norm
 from pytest_npuprecision.ops.catalogue import catalogue
 from pytest_npuprecision.ops.resolution import ResolvedOp
 from pytest_npuprecision.precision.rules import Rules
@@ -111,7 +112,7 @@ LONG: dict[str, tuple[Callable, Callable]] = {
     "log_softmax": (torch.log_softmax, _long((8, 4096), dim=-1)),
     "logsumexp": (torch.logsumexp, _long((8, 4096), dim=-1)),
     "layer_norm": (F.layer_norm, _normed(lambda x, w, b: (x, (1024,), w, b))),
-    "rms_norm": (F.rms_norm, _normed(lambda x, w, b: (x, (1024,), w))),
+    "rms_norm": (rms_norm, _normed(lambda x, w, b: (x, (1024,), w))),
     "group_norm": (F.group_norm, _long((4, 32, 8, 8), 4, (32,), (32,))),
     "var": (torch.var, _long((8, 4096), dim=-1)),
     "norm": (torch.norm, _long((8, 4096), dim=-1)),

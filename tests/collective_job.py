@@ -78,6 +78,71 @@ def collectives(rank: int, world: int, step: int, groups: list) -> None:
     dist.all_reduce(counts)
 
 
+def gloo_averages() -> bool:
+    """Whether this torch's gloo takes ReduceOp.AVG (torch 2.1's does not: it raises on every rank alike)."""
+    try:
+        dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG)
+        return True
+    except RuntimeError:
+        return False
+
+
+def averaged(func, world: int):
+    """An AVG all-reduce as a backend without one makes it: the sum, then one division, in the dtype."""
+    def call(tensor, op=dist.ReduceOp.SUM, *args, **kwargs):
+        if op != dist.ReduceOp.AVG:
+            return func(tensor, op, *args, **kwargs)
+        work = func(tensor, dist.ReduceOp.SUM, *args, **kwargs)
+        tensor.div_(world)
+        return work
+    return call
+
+
+def scattered(all_reduce, rank: int, world: int) -> dict:
+    """reduce_scatter and reduce_scatter_tensor as a backend without them makes them (torch 2.1's gloo): the
+    whole sum, of which each rank keeps its share."""
+    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        whole = input.clone()
+        all_reduce(whole, op, group)
+        output.copy_(whole.reshape(world, -1)[rank].reshape(output.shape))
+
+    def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        whole = torch.stack(input_list)
+        all_reduce(whole, op, group)
+        output.copy_(whole[rank])
+
+    return {"reduce_scatter_tensor": reduce_scatter_tensor, "reduce_scatter": reduce_scatter}
+
+
+def gathered(all_gather, world: int):
+    """all_gather_into_tensor as a backend without it makes it (torch 2.1's gloo): a list gather, joined."""
+    def all_gather_into_tensor(output, input, group=None, async_op=False):
+        parts = [torch.empty_like(input) for _ in range(world)]
+        all_gather(parts, input, group)
+        output.copy_(torch.cat([part.reshape(-1) for part in parts]).reshape(output.shape))
+    return all_gather_into_tensor
+
+
+def exchanged(all_to_all_single):
+    """all_to_all as a backend without it makes it (torch 2.1's gloo): one all_to_all_single of the lists joined."""
+    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+        joined = torch.empty(sum(t.numel() for t in output_tensor_list), dtype=output_tensor_list[0].dtype)
+        all_to_all_single(joined, torch.cat([t.reshape(-1) for t in input_tensor_list]),
+                          [t.numel() for t in output_tensor_list], [t.numel() for t in input_tensor_list], group)
+        for out, part in zip(output_tensor_list, joined.split([t.numel() for t in output_tensor_list])):
+            out.copy_(part.reshape(out.shape))
+    return all_to_all
+
+
+def unsupported(call) -> bool:
+    """Whether gloo refuses a collective outright (before any rank sends: every rank alike)."""
+    try:
+        call()
+        return False
+    except RuntimeError:
+        return True
+
+
 def widened(func):
     """A backend that sums half-precision tensors with float32 partial sums and rounds once at the end."""
     def call(output_or_tensor, *args, **kwargs):
@@ -118,6 +183,18 @@ def main(rank: int, world: int, port: int, out: str, recorder: str) -> None:
         dist.destroy_process_group()
         return
     groups = [dist.new_group([2 * g, 2 * g + 1]) for g in range(world // 2)]
+    if not gloo_averages():
+        dist.all_reduce = averaged(dist.all_reduce, world)
+    if unsupported(lambda: dist.reduce_scatter_tensor(torch.empty(1), torch.ones(world))):
+        for name, func in scattered(dist.all_reduce, rank, world).items():
+            setattr(dist, name, func)
+    if unsupported(lambda: dist.all_gather_into_tensor(torch.empty(world), torch.ones(1))):
+        dist.all_gather_into_tensor = gathered(dist.all_gather, world)
+    if unsupported(lambda: dist.all_to_all([torch.empty(1) for _ in range(world)], [torch.ones(1)] * world)):
+        dist.all_to_all = exchanged(dist.all_to_all_single)
+    if unsupported(lambda: dist.all_reduce(torch.ones(1, dtype=torch.bfloat16))):  # torch 2.1's gloo
+        for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "all_gather_into_tensor"):
+            setattr(dist, name, widened(getattr(dist, name)))
     native = {name: getattr(dist, name) for name in ("all_reduce", "reduce_scatter_tensor", "reduce_scatter")}
     for step in (0, 1):
         if step == 1:

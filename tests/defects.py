@@ -50,6 +50,13 @@ def off_by_1000_ulp(x):
     return _edit(x, apply)
 
 
+def one_element_1pct(x):
+    def apply(flat):
+        i = _pick(x, 1)
+        flat[i] = flat[i] * 1.01
+    return _edit(x, apply)
+
+
 def flip_sign_1pct(x):
     def apply(flat):
         i = _pick(x, max(1, x.numel() // 100))

@@ -12,7 +12,7 @@ from faulty_backend import Fault, FaultyBackend
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from pytest_npuprecision import Status, capture
-from pytest_npuprecision.checks.case_run import Settings, run_case
+from pytest_npuprecision.checks.case_run import CaseSkipped, Settings, run_case
 from pytest_npuprecision.dump.dump_cases import load_dump
 
 
@@ -66,5 +66,10 @@ def test_gross_defects_of_a_recurrence_fail(tmp_path, fault):
     dump, cases = _recurrence(tmp_path, "lstm_bidirectional_16")
     direction = "backward" if fault.backward else "forward"
     case = next(c for c in cases if c.direction == direction)
-    result = run_case(case, dump.data_dir, Settings(device=FaultyBackend({case.api.rsplit(".", 1)[0]: fault})))
+    try:
+        result = run_case(case, dump.data_dir, Settings(device=FaultyBackend({case.api.rsplit(".", 1)[0]: fault})))
+    except CaseSkipped as skipped:  # torch 2.1's oneDNN makes no bfloat16 LSTM on some CPUs
+        if skipped.reason != "replay-error":
+            raise
+        pytest.skip(f"this torch cannot run the planted fault on the CPU: {skipped}")
     assert result.status is Status.ERROR, result
