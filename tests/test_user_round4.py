@@ -203,3 +203,21 @@ def test_an_empty_fixtures_variable_counts_as_unset():
                           cwd=ROOT / "tests", env={**os.environ, "NPU_PRECISION_FIXTURES": ""},
                           capture_output=True, text=True, timeout=120)
     assert Path(done.stdout.strip()) == ROOT / "tests" / "data" / "msprobe-dumps", done.stderr
+
+
+# ---------------------------------------------------------------- 13. a package people can find
+
+
+def test_the_package_metadata_is_release_ready():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "Framework :: Pytest" in project["project"]["classifiers"]  # pytest's plugin list reads it
+    assert project["project"]["dynamic"] == ["version"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pytest_npuprecision.__version__"}
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    import pytest_npuprecision
+
+    assert f"## {pytest_npuprecision.__version__} (" in changelog and "## Unreleased" in changelog
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m build" in ci and "twine check --strict" in ci and "pytest_npuprecision-*.whl" in ci
