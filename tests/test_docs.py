@@ -116,7 +116,7 @@ def test_a_leaning_rounding_alone_links_its_gate_only():
 
 
 def test_the_html_report_links_a_failing_case_to_its_standard():
-    from pytest_npuprecision.reports.html import Gating, render
+    from pytest_npuprecision.reports.pages.html import Gating, render
 
     check = {"metric": "max_bound_ratio", "value": 41.0, "limit": 8.0, "status": "error", "upper": True,
              "warning": None, "baseline": None}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytest_npuprecision.checks import error_data
-from pytest_npuprecision.reports.html import MAX_PLOTTED
+from pytest_npuprecision.reports.pages.html import MAX_PLOTTED
 
 DEFECTS = Path(__file__).resolve().parents[1] / "examples" / "dumps" / "npu_llm_defects_tensor"
 

@@ -199,7 +199,7 @@ def test_the_page_opens_in_a_headless_browser_without_errors(pytester, tmp_path)
 
 
 def test_the_report_has_a_legend_of_the_metrics_it_shows():
-    from pytest_npuprecision.reports.html import Gating, render
+    from pytest_npuprecision.reports.pages.html import Gating, render
     from pytest_npuprecision.reports.report_files import new_record
 
     record = new_record(kind="dump", case_id="step0/rank0::Functional.gelu.0.forward", key="Functional.gelu.0.forward",

@@ -209,7 +209,7 @@ def test_an_empty_fixtures_variable_counts_as_unset():
 
 
 def test_the_package_metadata_is_release_ready():
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's tomllib reads pyproject.toml")
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "Framework :: Pytest" in project["project"]["classifiers"]  # pytest's plugin list reads it
@@ -221,3 +221,24 @@ def test_the_package_metadata_is_release_ready():
     assert f"## {pytest_npuprecision.__version__} (" in changelog and "## Unreleased" in changelog
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m build" in ci and "twine check --strict" in ci and "pytest_npuprecision-*.whl" in ci
+
+
+# ---------------------------------------------------------------- 9. long work says what it is doing
+
+
+def test_a_long_op_case_search_says_what_it_is_doing(pytester, monkeypatch):
+    from pytest_npuprecision.opcases import search
+
+    monkeypatch.setattr(search, "PROGRESS_SECONDS", 0.0)  # every example counts as long here
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".yaml", **{"op_cases/slow": """
+cases:
+  - op: Torch.neg
+    dtypes: [float32]
+    inputs: [{shape: [3]}]
+"""})
+    result = pytester.runpytest("op_cases", "-p", "no:cacheprovider", "--npu-precision-device", "cpu",
+                                "--npu-precision-regressions", "none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["npu-precision op case *: searching, the worst example so far at *x its limit; "
+                                 "* examples run (the profile asks for 25) in * s"])

@@ -12,6 +12,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed
@@ -67,6 +68,8 @@ class OpCaseSettings:
     strict_warnings: bool = False  # a warning fails an example too (--npu-precision-strict-warnings)
     baseline: Backend | None = None  # a live device running each example in its dtype too
     float32: str = DEFAULT_POLICY  # how float32 ops run in TF32 or HF32 are judged (math_modes.POLICIES)
+    # Told what a long search is doing, every PROGRESS_SECONDS: a line for the terminal; None: nothing said.
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
     @property
     def compared(self) -> str:
@@ -159,6 +162,10 @@ def op_label_of(case: OpCase) -> str:
     return op_label(case.op) or "?"
 
 
+# A search that runs longer than this says what it is doing, and again after each as long.
+PROGRESS_SECONDS = 5.0
+
+
 # A failure shrinks only while it stays this far past its limit: shrinking a 3x failure down to a
 # 1.003x one would make a real bug read like chance. Failures closer to the limit are kept aside.
 CLEAR_MARGIN = 2.0
@@ -173,8 +180,22 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
 
     profile = settings.profile
     shrinking = _ShrinkBudget(profile.shrink_examples, profile.shrink_seconds)
+    started, said = time.perf_counter(), [time.perf_counter()]
+    planned = examples_for(case, profile)
+    seen = [0.0]  # the worst example's severity, failing or not
+
+    def tell() -> None:
+        now = time.perf_counter()
+        if settings.progress is None or now - said[0] < PROGRESS_SECONDS:
+            return
+        said[0] = now
+        doing = (f"shrinking a failure {worst[0]:.3g}x past its limit" if shrinking.started is not None else
+                 f"searching, the worst example so far at {seen[0]:.3g}x its limit")
+        settings.progress(f"{case.item_name(dtype)}: {doing}; {count[0]} examples run (the profile asks for "
+                          f"{planned}) in {now - started:.0f} s")
 
     def check(example: Call) -> None:
+        tell()
         if not shrinking.spent():
             count[0] += 1
             try:
@@ -184,6 +205,7 @@ def _search(case: OpCase, dtype: torch.dtype, target_: Target, settings: OpCaseS
                 last.append((example, None, str(exc)))
                 raise
             target(result.severity, label="worst metric / limit")
+            seen[0] = max(seen[0], result.severity)
             if not result.failed:
                 return
             worst[0] = max(worst[0], result.severity)

@@ -55,8 +55,23 @@ def op_case_settings_for(config: pytest.Config) -> OpCaseSettings:
             baseline=run.baseline if isinstance(run.baseline, Backend) else None,  # a file holds dump cases
             profile=PROFILES[config.getoption("npu_precision_profile")], regressions=regressions,
             root=config.rootpath, strict_warnings=config.getoption("npu_precision_strict_warnings"),
-            float32=run.float32)
+            float32=run.float32, progress=_progress_line(config))
     return config.stash[_SETTINGS]
+
+
+def _progress_line(config: pytest.Config):
+    """Where a long search says what it is doing: the terminal, past pytest's output capture; an xdist
+    worker has no terminal of its own (its test's line shows when it ends)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or hasattr(config, "workerinput"):
+        return None
+
+    def say(line: str) -> None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"npu-precision op case {line}")
+
+    return say
 
 
 def check_and_keep(case: OpCase, dtype: torch.dtype, settings: OpCaseSettings) -> Outcome:

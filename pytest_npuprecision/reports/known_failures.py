@@ -149,6 +149,22 @@ def regressions(entry: KnownFailure, record: dict, margin: float, strict_warning
     return found
 
 
+def outcome_of(entry: KnownFailure, record: dict, margin: float, strict_warnings: bool = False) -> dict:
+    """What became of a listed case, from its record alone (shard reports merged after their runs): the
+    ``known_failure`` a gated run writes into the record."""
+    worse = regressions(entry, record, margin, strict_warnings) if entry.status == record["status"] else []
+    if record["status"] == "skip":
+        kind = "skipped"
+    elif not is_failing(record, strict_warnings):
+        kind = "fixed"
+    elif entry.status != record["status"]:
+        kind = "changed"
+    else:
+        kind = "regression" if worse else "xfail"
+    return {"outcome": kind, "reason": entry.reason, "status": entry.status, "accepted": entry.accepted,
+            "regressions": worse}
+
+
 def entry_from_record(record: dict, reason: str, accepted: str, strict_warnings: bool = False) -> KnownFailure:
     outputs = {}
     for output in record["outputs"]:

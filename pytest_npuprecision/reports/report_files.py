@@ -25,9 +25,9 @@ from ..replay import threads
 from . import run_facts
 from .dump_pairs import nothing_paired_line, paired_nothing, pairing_line, parting_lines
 from .gating import GATE, KnownFailureGate
-from .html import Gating, write_html
 from .known_failures import REASON_PLACEHOLDER, without_reason
-from .msprobe_csv import write_msprobe_csv
+from .pages.html import Gating, write_html
+from .pages.msprobe_csv import write_msprobe_csv
 from .records import new_record
 from .summary import (
     counts, exit_reasons, failing_statuses, first_failing, is_failing, judged_nothing, known_outcome, op_name,

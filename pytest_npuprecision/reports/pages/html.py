@@ -13,10 +13,10 @@ from html import escape
 from pathlib import Path
 from typing import Iterable
 
-from ..precision.meanings import METRIC_MEANINGS, failure_sections, meaning
+from ...precision.meanings import METRIC_MEANINGS, failure_sections, meaning
 from . import svg_plots
-from .dump_pairs import first_parting, pairing_line
-from .summary import (
+from ..dump_pairs import first_parting, pairing_line
+from ..summary import (
     ALL_CHECKS, STATUS_ORDER, check_excess, counts, failing_statuses, first_failing, is_failing, known_outcome,
     number, op_name, times_limit, worst_check, worst_text,
 )
