@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections import Counter
 import shutil
 import subprocess
 import sys
 import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -177,7 +177,7 @@ def test_the_readmes_first_run_is_what_the_example_dumps_give(pytester):
     assert passed + skipped == items
     assert f"cases: {passed} pass, {skipped} skip" in result.stdout.str()
     # Each skip line names its dump.json and its entry, so no two fold together.
-    reasons = re.findall(r"SKIPPED \[(\d+)\] \S+/dump\.json: \[unsupported-op\] NPU\.\w+\.\d+\.forward: unsupported: "
+    reasons = re.findall(r"SKIPPED \[(\d+)\] \S+/dump\.json: \[unsupported-op\] NPU\.\w+\.\d+\.(?:forward|backward): unsupported: "
                          r"(NPU\.\w+): torch_npu is not installed", result.stdout.str())
     by_op = Counter()
     for count, op in reasons:
