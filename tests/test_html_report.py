@@ -16,7 +16,7 @@ import torch
 from fixtures import FIXTURES, fixture_dump
 
 from pytest_npuprecision.precision.error_profile import FIRST_EXPONENT, error_profile
-from pytest_npuprecision.reports import svg_plots
+from pytest_npuprecision.reports.pages import svg_plots
 
 DUMP = FIXTURES / "transformer_bf16_tensor" / "step0"
 # Planted failures: limits the bfloat16 linear layers cannot meet; warnings on gelu (judged in ULP) and softmax.
