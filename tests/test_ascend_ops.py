@@ -485,3 +485,118 @@ def test_fair_optimizer_steps_pass_and_wrong_ones_fail():
         return adam(*args[:8], True, out=out)
 
     assert check_call(nesterov_where_not_asked, *adam_args, out=(var, m, v), reference=adam).status is Status.ERROR
+
+
+# ---------------------------------------------------------------- quantization by given scales
+
+quantize = FUSED_OPS["npu_quantize"].reference
+
+
+def test_quantize_follows_the_documented_formula():
+    x = torch.tensor([[1.0, -2.0, 0.5, 400.0], [0.3, 0.0, -7.0, -500.0]])
+    scales = torch.tensor([0.5, 0.5, 0.25, 1.0])
+    y = quantize(x, scales, None, torch.qint8, -1, True)  # divided, rounded, saturated
+    assert y.dtype == torch.int8 and y.tolist() == [[2, -4, 2, 127], [1, 0, -28, -128]]
+    y = quantize(x, scales, torch.tensor([1.0, 1.0, 1.0, 1.0]), torch.qint8, -1, False)  # multiplied, offset
+    assert y.tolist() == [[2, 0, 1, 127], [1, 1, -1, -128]]
+    assert quantize(x, scales, None, torch.quint8, -1, True)[1].tolist() == [1, 0, 0, 0]  # uint8 saturates at 0
+    rows = torch.tensor([2.0, 4.0])  # axis -2: the scales run along the rows
+    assert quantize(x, rows, None, torch.qint8, -2, False)[0, :3].tolist() == [2, -4, 1]
+    golden = quantize(x.double(), scales.double(), None, torch.qint8, -1, True)
+    assert golden.dtype == torch.float64 and golden[1, 0].item() == pytest.approx(0.6)  # unrounded: 0.3 / 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_fair_quantize_passes_with_ties_either_way_and_defects_fail(dtype):
+    generator = torch.Generator().manual_seed(3)
+    x = (torch.randn(32, 128, generator=generator) * 30).to(dtype)
+    scales = (torch.rand(128, generator=generator) * 0.5 + 0.1).to(dtype)
+    offsets = torch.randint(-4, 4, (128,), generator=generator).to(dtype)
+    call = (x, scales, offsets, torch.qint8, -1, False)
+
+    def away_from_zero(x, scales, zero_points, dtype, axis, div_mode):
+        v = x.float() * scales.float() + zero_points.float()
+        return (v.sign() * (v.abs() + 0.5).floor()).clamp(-128, 127).to(torch.int8)
+
+    def truncated(x, scales, zero_points, dtype, axis, div_mode):
+        return (x.float() * scales.float() + zero_points.float()).trunc().clamp(-128, 127).to(torch.int8)
+
+    def offset_ignored(x, scales, zero_points, dtype, axis, div_mode):
+        return quantize(x, scales, None, dtype, axis, div_mode)
+
+    def one_off(*args):
+        y = quantize(*args).clone()
+        y[5, 9] += 1 if y[5, 9] < 127 else -1
+        return y
+
+    for kernel in (quantize, away_from_zero):
+        assert check_call(kernel, *call, reference=quantize).status is Status.PASS, kernel.__name__
+    for defect in (truncated, offset_ignored, one_off):
+        assert check_call(defect, *call, reference=quantize).status is Status.ERROR, defect.__name__
+
+
+# ---------------------------------------------------------------- a float matmul of an int8 weight
+
+weight_quant_matmul = FUSED_OPS["npu_weight_quant_batchmatmul"].reference
+
+
+def _w8a16(m: int = 32, k: int = 256, n: int = 64, seed: int = 4, dtype=torch.bfloat16, group: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=generator).to(dtype)
+    weight = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=generator)
+    rows = -(-k // group) if group else 1
+    scale = (torch.rand(rows, n, generator=generator) * 0.02 + 0.001).to(dtype)
+    offset = torch.randint(-8, 8, (rows, n), generator=generator).to(dtype)
+    return x, weight, scale, offset
+
+
+def test_weight_quant_batchmatmul_follows_the_documented_formula():
+    x, weight, scale, offset = _w8a16(m=3, k=8, n=4, dtype=torch.float32, group=4)
+    out = weight_quant_matmul(x, weight, scale, offset, antiquant_group_size=4)
+    for i in range(3):
+        for j in range(4):
+            exact = sum(x[i, t].item() * (int(weight[t, j]) + offset[t // 4, j].item()) * scale[t // 4, j].item()
+                        for t in range(8))
+            assert out[i, j].item() == pytest.approx(exact, rel=1e-5, abs=1e-6)
+    bias = torch.tensor([0.5, -0.25, 0.0, 1.0])
+    per_channel = weight_quant_matmul(x, weight, scale[0], offset[0], bias=bias)
+    exact = x.double() @ ((weight.double() + offset[0].double()) * scale[0].double()) + bias.double()
+    torch.testing.assert_close(per_channel.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [0, 64])
+def test_a_fair_weight_quant_batchmatmul_passes_and_defects_fail(group):
+    x, weight, scale, offset = _w8a16(group=group)
+    call = dict(antiquant_offset=offset, antiquant_group_size=group)
+
+    def bf16_product(x, weight, antiquant_scale, antiquant_offset=None, antiquant_group_size=0):
+        """A fair kernel that rounds the dequantized weight to bfloat16 first, then accumulates in float32."""
+        s, o = antiquant_scale.float(), antiquant_offset.float()
+        if antiquant_group_size:
+            s, o = (t.repeat_interleave(antiquant_group_size, 0)[:weight.shape[0]] for t in (s, o))
+        return (x.float() @ ((weight.float() + o) * s).bfloat16().float()).bfloat16()
+
+    for kernel in (weight_quant_matmul, bf16_product):
+        verdict = check_call(kernel, x, weight, scale, reference=weight_quant_matmul, **call)
+        assert verdict.status is Status.PASS, verdict.message()
+    defects = {
+        "offset ignored": lambda x, w, s, antiquant_offset=None, **k: weight_quant_matmul(x, w, s, None, **k),
+        "offset subtracted": lambda x, w, s, antiquant_offset=None, **k: weight_quant_matmul(x, w, s, -antiquant_offset,
+                                                                                            **k),
+        "1 % scale": lambda *a, **k: (weight_quant_matmul(*a, **k).float() * 1.01).bfloat16(),
+        "bfloat16 accumulation": lambda x, w, s, antiquant_offset=None, antiquant_group_size=0: (
+            _bf16_sequential(x, weight_quant_matmul(torch.eye(x.shape[1], dtype=torch.float32), w, s.float(),
+                                                    antiquant_offset.float(),
+                                                    antiquant_group_size=antiquant_group_size).bfloat16())),
+    }
+    for label, defect in defects.items():
+        verdict = check_call(defect, x, weight, scale, reference=weight_quant_matmul, **call)
+        assert verdict.status is Status.ERROR, label
+
+
+def _bf16_sequential(x, w):
+    """x @ w summed one product at a time in bfloat16."""
+    acc = torch.zeros(x.shape[0], w.shape[1], dtype=torch.bfloat16)
+    for t in range(x.shape[1]):
+        acc = acc + x[:, t:t + 1] * w[t:t + 1]
+    return acc

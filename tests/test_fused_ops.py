@@ -304,11 +304,14 @@ def half_calls(dtype):
         "npu_quant_matmul": lambda: ref("npu_quant_matmul")(
             torch.arange(40, dtype=torch.int8).reshape(5, 8) - 20, torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12,
             torch.full((3,), 0.01), output_dtype=t(1).dtype),
+        "npu_quantize": lambda: ref("npu_quantize")(x4 * 20, t(8).abs() + 0.5, None, torch.qint8, -1, False),
+        "npu_weight_quant_batchmatmul": lambda: ref("npu_weight_quant_batchmatmul")(
+            t(5, 8), torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12, t(1, 3).abs() * 0.01, t(1, 3)),
     }
 
 
 FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,), "npu_dynamic_quant": (1,)}
-INT8_OUTPUTS = {"npu_dynamic_quant": (0,)}
+INT8_OUTPUTS = {"npu_dynamic_quant": (0,), "npu_quantize": (0,)}
 INT32_OUTPUTS = {"npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,)}
 
 

@@ -15,7 +15,8 @@ import torch
 
 from ..common.dtypes import float_format
 from .terms import (
-    attention_terms, composite_terms, covariance_terms, norm_terms, sampling_terms, softmax_terms, spectral_terms,
+    attention_terms, composite_terms, covariance_terms, dequantized_terms, norm_terms, sampling_terms, softmax_terms,
+    spectral_terms,
 )
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
@@ -268,6 +269,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
     "npu_linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
     "npu_bmmV2": _MATMUL,
+    # x times an int8 weight dequantized on the fly: K terms, their norms through the dequantized weight.
+    "npu_weight_quant_batchmatmul": AccumulationRule(
+        lambda a, k: argument(a, k, 0, "x").shape[-1], added=(6, "bias"), term_norm=dequantized_terms.weight_quant_terms,
+        arguments=("x", "weight", "antiquant_scale", "antiquant_offset", "quant_scale", "quant_offset", "bias")),
     # Each group is a matmul over K (or over its share of K when K is grouped).
     "npu_grouped_matmul": AccumulationRule(grouped_matmul_length),
     "npu_gmm": AccumulationRule(grouped_matmul_length),

@@ -1,13 +1,14 @@
-"""Quantization: per-token dynamic quantization, whose float64 golden is the exact value before rounding
-(judged by the quantized standard), and quantised matmuls: an exact integer product, then the few float
+"""Quantization: per-token dynamic quantization and quantization by given scales, whose float64 golden is the
+exact value before rounding (judged by the quantized standard); quantised matmuls: an exact integer product, then the few float
 roundings of dequantization (scale, per-token scale, offset, bias, the output cast), judged against the
-float64 dequantized product."""
+float64 dequantized product; and a float matmul of an int8 weight dequantized on the fly."""
 
 from __future__ import annotations
 
 import torch
 
-from .opmath import int_list
+from ...bounds.terms.dequantized_terms import dequantized_weight
+from .opmath import int_list, opmath_dtype
 from .record import FusedOp, UnjudgedFusedCall
 
 
@@ -75,6 +76,63 @@ def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)
     return torch.round(quotient).to(torch.int8), scale.to(torch.float32)
 
 
+# What npu_quantize's dtype argument makes: the integer type, and its range the result saturates to.
+_QUANTIZED_TO = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.int8: torch.int8, torch.uint8: torch.uint8,
+                 torch.int32: torch.int32, torch.qint32: torch.int32}
+
+
+def npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True):
+    """torch_npu.npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True) -> Tensor
+
+    input / scales + zero_points (div_mode False: input * scales + zero_points), rounded and saturated to
+    dtype's integers (qint8 and quint8 give int8 and uint8, int32 int32). A 1-D scales (and zero_points)
+    runs along the second-to-last dim where axis is -2, else along the last. Computed in float32; in a
+    float64 call (the golden) the result is that value unrounded, as the quantized standard reads it."""
+    target = _QUANTIZED_TO.get(dtype)
+    if target is None:
+        raise UnjudgedFusedCall(f"dtype {dtype} (torch.quint4x2 packs 8 int4 values into an int32) has no reference here")
+    golden = input.dtype == torch.float64
+    wide = torch.float64 if golden else torch.float32
+    along = -2 if axis == -2 else -1
+
+    def placed(t):
+        t = t.to(wide)
+        if t.dim() == 1 and t.numel() > 1 and input.dim() > 1:
+            shape = [1] * input.dim()
+            shape[along] = t.numel()
+            t = t.reshape(shape)
+        return t
+
+    value = input.to(wide) / placed(scales) if div_mode else input.to(wide) * placed(scales)
+    if zero_points is not None:
+        value = value + placed(zero_points)
+    info = torch.iinfo(target)
+    value = value.clamp(info.min, info.max)
+    return value if golden else torch.round(value).to(target)
+
+
+def npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                 quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0):
+    """torch_npu.npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None,
+    quant_scale=None, quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0) -> Tensor
+
+    x [M, K] (float16, bfloat16) @ ((weight + antiquant_offset) * antiquant_scale) + bias: the int8 weight
+    [K, N] dequantized per tensor ((1,)), per channel ((N,), (1, N)) or per group of antiquant_group_size rows
+    of K ((ceil(K / group), N)); computed in float32, rounded once to x's dtype."""
+    if weight.dtype != torch.int8:
+        raise UnjudgedFusedCall(f"a {weight.dtype} weight (int32 holds 8 packed int4 values) has no reference here")
+    if not antiquant_scale.is_floating_point():
+        raise UnjudgedFusedCall("an int64 antiquant_scale (packed by npu_trans_quant_param) has no reference here")
+    if quant_scale is not None or quant_offset is not None:
+        raise UnjudgedFusedCall("an int8 output (quant_scale: its rounding and saturation) has no reference here")
+    dtype = torch.float64 if x.dtype == torch.float64 else opmath_dtype(x.dtype)
+    dequantized = dequantized_weight(weight, antiquant_scale, antiquant_offset, int(antiquant_group_size), dtype)
+    y = torch.matmul(x.to(dtype), dequantized)
+    if bias is not None:
+        y = y + bias.to(dtype)
+    return y.to(x.dtype)
+
+
 OPS = (
     FusedOp("npu_quant_matmul", npu_quant_matmul,
             "npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, "
@@ -83,4 +141,10 @@ OPS = (
     FusedOp("npu_dynamic_quant", npu_dynamic_quant,
             "npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)",
             "y (int8; unrounded in the float64 golden), scale (float32)", "dst_type torch.quint4x2 (int4 packing)"),
+    FusedOp("npu_quantize", npu_quantize, "npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True)",
+            "y (int8, uint8 or int32; unrounded in the float64 golden)", "dtype torch.quint4x2 (int4 packing)"),
+    FusedOp("npu_weight_quant_batchmatmul", npu_weight_quant_batchmatmul,
+            "npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None, "
+            "quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0)",
+            "y", "an int4 (packed int32) weight, an int64 antiquant_scale, an int8 output (quant_scale)"),
 )
