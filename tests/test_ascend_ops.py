@@ -600,3 +600,50 @@ def _bf16_sequential(x, w):
     for t in range(x.shape[1]):
         acc = acc + x[:, t:t + 1] * w[t:t + 1]
     return acc
+
+
+def _double(args):
+    return [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
+@pytest.mark.parametrize("scale", [2.0**-20, 1.0, 2.0**20])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_correctly_rounded_quantize_and_weight_quant_matmul_pass_at_every_scale(seed, scale):
+    generator = torch.Generator().manual_seed(seed)
+    x = (torch.randn(16, 64, generator=generator) * 40 * scale).bfloat16()
+    scales = ((torch.rand(64, generator=generator) * 0.5 + 0.1) / scale).bfloat16()
+    call = (x, scales, None, torch.qint8, -1, False)
+    rounded = torch.round(quantize(*_double(call))).to(torch.int8)
+    assert check_call(lambda *a: rounded, *call, reference=quantize).status is Status.PASS
+    x, weight, w_scale, offset = _w8a16(m=16, k=128, n=32, seed=seed, group=32)
+    x = (x.float() * scale).bfloat16()
+    call = (x, weight, w_scale)
+    kwargs = dict(antiquant_offset=offset, antiquant_group_size=32)
+    golden = weight_quant_matmul(*_double(call), **{**kwargs, "antiquant_offset": offset.double()})
+    verdict = check_call(lambda *a, **k: golden.bfloat16(), *call, reference=weight_quant_matmul, **kwargs)
+    assert verdict.status is Status.PASS, verdict.message()
+
+
+# ---------------------------------------------------------------- storage formats and scattered updates
+
+
+def test_format_cast_and_scatter_nd_update_follow_their_documentation_and_are_judged_bit_exact():
+    format_cast, scatter = (FUSED_OPS[n].reference for n in ("npu_format_cast", "npu_scatter_nd_update"))
+    x = torch.randn(4, 5, 6)
+    assert torch.equal(format_cast(x, 29), x)  # FRACTAL_NZ: the same values
+    indices = torch.tensor([[0, 1], [3, 4], [2, 0]], dtype=torch.int32)  # the docs' example shapes
+    updates = torch.randn(3, 6)
+    out = scatter(x, indices, updates)
+    assert torch.equal(out[3, 4], updates[1]) and torch.equal(out[1], x[1]) and torch.equal(x, x.clone())
+    assert resolve("NPU.npu_scatter_nd_update_").reference is not None  # the in-place spelling, by its result
+    for reference, args in ((format_cast, (x, 29)), (scatter, (x, indices, updates))):
+        assert check_call(reference, *args).status is Status.PASS
+
+        def one_ulp_off(*a, _reference=reference):
+            out = _reference(*a).clone()
+            out[3, 4, 0] = torch.nextafter(out[3, 4, 0], torch.tensor(float("inf")))
+            return out
+
+        assert check_call(one_ulp_off, *args, reference=reference).status is Status.ERROR
+    stale = lambda x, indices, updates: x.clone()  # the update never landed
+    assert check_call(stale, x, indices, updates, reference=scatter).status is Status.ERROR

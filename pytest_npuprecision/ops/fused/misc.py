@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .opmath import int_list, opmath_dtype
-from .record import FusedOp
+from .record import FusedOp, UnjudgedFusedCall
 
 
 def npu_confusion_transpose(self, perm, shape, transpose_first):
@@ -64,12 +64,41 @@ def npu_moe_gating_top_k_softmax(x, finished=None, k=1):
     return y.to(x.dtype), expert_idx, row_idx
 
 
+def npu_format_cast(input, acl_format, customize_dtype=None):
+    """torch_npu.npu_format_cast(input, acl_format, customize_dtype=None) -> Tensor
+
+    The same values in another storage format (ND, NZ, NC1HWC0, ...): what a dump reads back is the
+    input's values, bit for bit. A customize_dtype reinterprets the storage: no reference for that."""
+    if customize_dtype is not None:
+        raise UnjudgedFusedCall(f"customize_dtype {customize_dtype} reinterprets the storage: no reference here")
+    return input.clone()
+
+
+def npu_scatter_nd_update(input, indices, updates):
+    """torch_npu.npu_scatter_nd_update(input, indices, updates) -> Tensor (and npu_scatter_nd_update_, in place)
+
+    indices [..., a] (a <= input.dim()) name positions in input's first a dims; updates, of shape
+    indices.shape[:-1] + input.shape[a:], replace what is there. An index named twice has no defined
+    winner: no reference for that."""
+    depth = indices.shape[-1]
+    where = indices.reshape(-1, depth).long()
+    if torch.unique(where, dim=0).shape[0] != where.shape[0]:
+        raise UnjudgedFusedCall("an index named twice (which of its updates lands is not defined)")
+    out = input.clone()
+    out[tuple(where.t())] = updates.reshape(-1, *input.shape[depth:]).to(out.dtype)
+    return out
+
+
 OPS = (
     FusedOp("npu_confusion_transpose", npu_confusion_transpose,
             "npu_confusion_transpose(self, perm, shape, transpose_first)", "output"),
     FusedOp("npu_transpose", npu_transpose, "npu_transpose(self, perm, require_contiguous=True)", "output"),
     FusedOp("npu_slice", npu_slice, "npu_slice(self, offsets, size)", "output"),
     FusedOp("npu_broadcast", npu_broadcast, "npu_broadcast(self, size)", "output"),
+    FusedOp("npu_format_cast", npu_format_cast, "npu_format_cast(input, acl_format, customize_dtype=None)", "output",
+            "customize_dtype (a reinterpreted storage)"),
+    FusedOp("npu_scatter_nd_update", npu_scatter_nd_update, "npu_scatter_nd_update(input, indices, updates)",
+            "output (npu_scatter_nd_update_: input, updated)", "indices that repeat (no defined winner)"),
     FusedOp("npu_sort_v2", npu_sort_v2, "npu_sort_v2(self, dim=-1, descending=False, out=None)", "sorted values",
             "out is not written"),
     FusedOp("npu_moe_gating_top_k_softmax", npu_moe_gating_top_k_softmax,
