@@ -647,3 +647,28 @@ def test_format_cast_and_scatter_nd_update_follow_their_documentation_and_are_ju
         assert check_call(one_ulp_off, *args, reference=reference).status is Status.ERROR
     stale = lambda x, indices, updates: x.clone()  # the update never landed
     assert check_call(stale, x, indices, updates, reference=scatter).status is Status.ERROR
+
+
+# ---------------------------------------------------------------- interleaved rotary embedding
+
+
+def test_interleave_rope_follows_the_documented_formula_and_defects_fail():
+    rope = FUSED_OPS["npu_interleave_rope"].reference
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 3, 64, generator=generator)
+    angle = torch.randn(2, 1, 3, 32, generator=generator)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    out = rope(x, cos, sin)
+    even, odd = x[..., 0::2], x[..., 1::2]  # the pairs (x[2i], x[2i+1]), rotated by angle i, evens first
+    expected = torch.cat([even * angle.cos() - odd * angle.sin(), odd * angle.cos() + even * angle.sin()], -1)
+    torch.testing.assert_close(out, expected)
+    half = (x.bfloat16(), cos.bfloat16(), sin.bfloat16())
+    assert check_call(rope, *half).status is Status.PASS
+    rotary_mul = FUSED_OPS["npu_rotary_mul"].reference
+    defects = {
+        "not de-interleaved": lambda x, c, s: rotary_mul(x, c, s),
+        "sin negated": lambda x, c, s: rope(x, c, -s),
+        "2 ulp scaling": lambda x, c, s: (rope(x, c, s).float() * (1 + 2.0**-7)).bfloat16(),
+    }
+    for label, defect in defects.items():
+        assert check_call(defect, *half, reference=rope).status is Status.ERROR, label

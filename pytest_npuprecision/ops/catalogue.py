@@ -85,7 +85,7 @@ NORMWISE = frozenset({"affine_grid"})
 # or a few (an add after cancellation, torch_npu's elementwise fused activations and rotations).
 ELEMENTWISE = frozenset({
     "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
-    "npu_geglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
+    "npu_interleave_rope", "npu_geglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
     "npu_apply_adam", "npu_apply_adam_w",  # an update: each element its own few roundings
 })
 

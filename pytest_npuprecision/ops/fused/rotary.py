@@ -50,6 +50,16 @@ def npu_apply_rotary_pos_emb(query, key, cos, sin, *, layout='BSND', rotary_mode
     return _embedded(query, cos, sin, str(rotary_mode)), _embedded(key, cos, sin, str(rotary_mode))
 
 
+def npu_interleave_rope(x, cos, sin):
+    """torch_npu.npu_interleave_rope(x, cos, sin) -> Tensor
+
+    x (B, N, S, D) is first de-interleaved, its pairs' first elements then their second (reshape to
+    (..., D/2, 2), transpose the last two dims), then rotated by halves: q * cos + (-q2, q1) * sin, with
+    cos and sin (B, 1, S or 1, D) broadcast. The result stays in the de-interleaved order."""
+    q = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2).transpose(-1, -2).reshape(x.shape)
+    return _embedded(q, cos, sin, "half")
+
+
 OPS = (
     FusedOp("npu_rotary_mul", npu_rotary_mul, "npu_rotary_mul(input, r1, r2, rotary_mode='half', rotate=None)",
             "output (input's dtype)"),
@@ -57,4 +67,6 @@ OPS = (
             "npu_apply_rotary_pos_emb(query, key, cos, sin, *, layout='BSND', rotary_mode='half')",
             "query_out, key_out (new tensors, not in place)",
             "rotary_mode 'quarter' (undocumented) and cos/sin narrower than D"),
+    FusedOp("npu_interleave_rope", npu_interleave_rope, "npu_interleave_rope(x, cos, sin)",
+            "output (x's dtype, its last dim de-interleaved)"),
 )
