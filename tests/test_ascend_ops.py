@@ -672,3 +672,31 @@ def test_interleave_rope_follows_the_documented_formula_and_defects_fail():
     }
     for label, defect in defects.items():
         assert check_call(defect, *half, reference=rope).status is Status.ERROR, label
+
+
+# ---------------------------------------------------------------- transposed batched matmul
+
+
+def test_transpose_batchmatmul_follows_the_documented_shapes_and_defects_fail():
+    tbmm = FUSED_OPS["npu_transpose_batchmatmul"].reference
+    generator = torch.Generator().manual_seed(6)
+    m, b, k, n = 8, 4, 256, 16
+    x1 = torch.randn(m, b, k, generator=generator).bfloat16()  # (M, B, K): perm_x1 [1, 0, 2] makes it (B, M, K)
+    x2 = torch.randn(b, k, n, generator=generator).bfloat16()
+    call = dict(perm_x1=[1, 0, 2], perm_x2=[0, 1, 2], perm_y=[1, 0, 2])
+    out = tbmm(x1, x2, **call)
+    expected = torch.matmul(x1.float().transpose(0, 1), x2.float()).transpose(0, 1)  # op-plugin's own test's form
+    assert out.shape == (m, b, n)
+    torch.testing.assert_close(out.float(), expected, rtol=2**-7, atol=1e-2)
+    split = tbmm(x1, x2, **call, batch_split_factor=2)
+    assert split.shape == (2, m, b * n // 2) and torch.equal(split[1], out.reshape(m, b * n)[:, b * n // 2:])
+    assert check_call(tbmm, x1, x2, **call).status is Status.PASS
+    assert check_call(tbmm, x1, x2, **call, batch_split_factor=2).status is Status.PASS
+    defects = {
+        "batch-major output": lambda a, w, **kw: tbmm(a, w, **kw).transpose(0, 1).reshape(m, b, n),
+        "1 % scale": lambda a, w, **kw: (tbmm(a, w, **kw).float() * 1.01).bfloat16(),
+        "bfloat16 accumulation": lambda a, w, **kw: torch.stack(
+            [_bf16_sequential(a[:, i], w[i]) for i in range(b)], dim=1),
+    }
+    for label, defect in defects.items():
+        assert check_call(defect, x1, x2, reference=tbmm, **call).status is Status.ERROR, label

@@ -305,6 +305,8 @@ def half_calls(dtype):
             torch.arange(40, dtype=torch.int8).reshape(5, 8) - 20, torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12,
             torch.full((3,), 0.01), output_dtype=t(1).dtype),
         "npu_interleave_rope": lambda: ref("npu_interleave_rope")(x4, t(2, 1, 4, 8), t(2, 1, 4, 8)),
+        "npu_transpose_batchmatmul": lambda: ref("npu_transpose_batchmatmul")(t(5, 2, 8), t(2, 8, 3),
+                                                                           perm_x1=[1, 0, 2]),
         "npu_format_cast": lambda: ref("npu_format_cast")(x4, 29),
         "npu_scatter_nd_update": lambda: ref("npu_scatter_nd_update")(x4, torch.tensor([[0, 1], [1, 2]]), t(2, 4, 8)),
         "npu_quantize": lambda: ref("npu_quantize")(x4 * 20, t(8).abs() + 0.5, None, torch.qint8, -1, False),

@@ -269,6 +269,10 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
     "npu_linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
     "npu_bmmV2": _MATMUL,
+    # A batched matmul over K, the input's dim perm_x1[2] (linear in both: squared inputs give the term norms).
+    "npu_transpose_batchmatmul": AccumulationRule(
+        lambda a, k: argument(a, k, 0, "input").shape[(list(k.get("perm_x1") or [0, 1, 2]))[2]], squared=True,
+        arguments=("input", "weight")),
     # x times an int8 weight dequantized on the fly: K terms, their norms through the dequantized weight.
     "npu_weight_quant_batchmatmul": AccumulationRule(
         lambda a, k: argument(a, k, 0, "x").shape[-1], added=(6, "bias"), term_norm=dequantized_terms.weight_quant_terms,
