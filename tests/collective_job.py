@@ -78,15 +78,6 @@ def collectives(rank: int, world: int, step: int, groups: list) -> None:
     dist.all_reduce(counts)
 
 
-def gloo_averages() -> bool:
-    """Whether this torch's gloo takes ReduceOp.AVG (torch 2.1's does not: it raises on every rank alike)."""
-    try:
-        dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG)
-        return True
-    except RuntimeError:
-        return False
-
-
 def averaged(func, world: int):
     """An AVG all-reduce as a backend without one makes it: the sum, then one division, in the dtype."""
     def call(tensor, op=dist.ReduceOp.SUM, *args, **kwargs):
@@ -135,7 +126,7 @@ def exchanged(all_to_all_single):
 
 
 def unsupported(call) -> bool:
-    """Whether gloo refuses a collective outright (before any rank sends: every rank alike)."""
+    """Whether gloo refuses a collective (every rank alike: before any sends, or AVG at its wait)."""
     try:
         call()
         return False
@@ -183,7 +174,7 @@ def main(rank: int, world: int, port: int, out: str, recorder: str) -> None:
         dist.destroy_process_group()
         return
     groups = [dist.new_group([2 * g, 2 * g + 1]) for g in range(world // 2)]
-    if not gloo_averages():
+    if unsupported(lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG)):  # torch 2.1's gloo
         dist.all_reduce = averaged(dist.all_reduce, world)
     if unsupported(lambda: dist.reduce_scatter_tensor(torch.empty(1), torch.ones(world))):
         for name, func in scattered(dist.all_reduce, rank, world).items():

@@ -170,8 +170,10 @@ class _Recorder(TorchFunctionMode):
         """One torch.distributed call (capturing/collectives.py), recorded as ``Distributed.<name>``."""
         if getattr(self._busy, "on", False) or self.closed or is_compiling():
             return func(*args, **kwargs)
-        api = f"Distributed.{name}.{self.counters.get(f'Distributed.{name}', 0)}"
-        self.counters[f"Distributed.{name}"] = self.counters.get(f"Distributed.{name}", 0) + 1
+        qualified = f"Distributed.{name}"
+        index = self.counters.get(qualified, 0)
+        self.counters[qualified] = index + 1
+        api = f"{qualified}.{index}"
         if not (self.window.admits(api) and self.selection.named(api) and self.selection.wants("forward")):
             return func(*args, **kwargs)
         key, sink, frame = f"{api}.forward", self.writer.sink, caller_frame(2)

@@ -47,7 +47,7 @@ def recorded_results(case: Any, entries: CaseEntries, data_dir: Path) -> Recorde
     inline = _inline_results(decoded if isinstance(decoded, list) else [decoded])
     if not named and inline and case.direction == "forward":  # Tensor.__bool__: the dump holds the value itself
         return RecordedResults(outputs=inline)
-    if not files or not any(spec.data_name is not None for _, spec in files) and any(s.numel for _, s in named):
+    if not files or (not any(spec.data_name is not None for _, spec in files) and any(s.numel for _, s in named)):
         what = "gradients" if case.direction == "backward" else "outputs"
         raise NothingRecorded(f"{case.key}: the dump holds no {what} tensor files (a statistics dump, or "
                               f"data_mode without them), so there is no device result to judge; dump with "

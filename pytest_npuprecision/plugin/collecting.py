@@ -216,7 +216,8 @@ class DumpCaseItem(pytest.Item):
         except CaseSkipped as skipped:
             self.stash[RECORD] = case_record(self.case, settings, status="skip", message=str(skipped),
                                               reason=skipped.reason, framework=framework)
-            shown = str(skipped) if shown_key(self.case.key) in str(skipped) else f"{shown_key(self.case.key)}: {skipped}"
+            key = shown_key(self.case.key)
+            shown = str(skipped) if key in str(skipped) else f"{key}: {skipped}"
             pytest.skip(f"[{skipped.reason}] {shown}")
         except CaseInputError as bad:
             self.stash[RECORD] = case_record(self.case, settings, status="input-error", message=str(bad),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...dump.descriptors import MalformedDescriptor, TensorSpec, decode_value, iter_specs
+from ...dump.descriptors import MalformedDescriptor, TensorSpec, decode_value
 
 
 class CollectiveSkip(Exception):
@@ -62,6 +62,9 @@ LAYOUTS: dict[str, Layout] = {
 # take isend.3 of another. Objects (all_gather_object, broadcast_object_list) are pickled: never loaded.
 POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 
+# The collectives that combine their ranks' values by a ReduceOp; the others move them.
+REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base"})
+
 # ReduceOp.PREMUL_SUM's factor is not recorded: no golden without it.
 REDUCE_OPS = frozenset({"SUM", "AVG", "MAX", "MIN", "PRODUCT", "BAND", "BOR", "BXOR"})
 
@@ -82,9 +85,10 @@ class CollectiveCall:
     sent: Any  # this rank's contribution: a TensorSpec, a list of them, or None (not this rank's to give)
     received: Any  # what the call wrote on this rank: a TensorSpec, a list of them, or None
 
-    def tensors(self) -> list[TensorSpec]:
-        """Every tensor the entry describes for the judgement, sent and received."""
-        return [*iter_specs(self.sent), *iter_specs(self.received)]
+    @property
+    def reduces(self) -> bool:
+        """Whether the call combines its ranks' values by its op (a sum, a max), rather than moving them."""
+        return self.api in REDUCING
 
     def implied_size(self) -> int | None:
         """The group size the call's own shapes imply (a gather's list holds one tensor per rank, a

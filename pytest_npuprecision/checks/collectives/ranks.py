@@ -10,17 +10,15 @@ the ranks are the folders, the key is the case's own.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...dump.descriptors import DescriptorError
 from ...dump.dump_cases import DumpCase, DumpFile
 from ...dump.entries import EntryUnreadable
+from ...dump.locations import dump_location
 from .calls import CollectiveSkip, decode_collective
 from .fused import FUSED
-
-_RANK_FOLDER = re.compile(r"rank(\d+)")
 
 
 @dataclass(frozen=True)
@@ -60,16 +58,16 @@ class StepRanks:
         on_disk, given = self._on_disk, set(self.dumps)
         absent = sorted(on_disk - given)
         if absent:
-            raise CollectiveSkip("ranks-missing", f"the rank folder(s) {_ranks(absent)} of {self.folder} were not "
-                                                  f"given: pass {self.folder} or the dump root, so that every "
+            raise CollectiveSkip("ranks-missing", f"the rank folder(s) {shown_ranks(absent)} of {self.folder} were "
+                                                  f"not given: pass {self.folder} or the dump root, so that every "
                                                   f"rank's entry can be read")
         ranks = sorted(given)
         world, evidence = self.world()
         if ranks != list(range(len(ranks))) or world > len(ranks):
-            raise CollectiveSkip("ranks-missing", f"{self.folder} holds rank folder(s) {_ranks(ranks)}, but the job "
-                                                  f"had {max(world, ranks[-1] + 1)} ranks ({evidence or 'the rank numbers'}"
-                                                  f"): dump every rank (msprobe's \"rank\": []) to judge a collective "
-                                                  f"of the default group")
+            raise CollectiveSkip("ranks-missing", f"{self.folder} holds rank folder(s) {shown_ranks(ranks)}, but the "
+                                                  f"job had {max(world, ranks[-1] + 1)} ranks "
+                                                  f"({evidence or 'the rank numbers'}): dump every rank (msprobe's "
+                                                  f"\"rank\": []) to judge a collective of the default group")
         return tuple(ranks)
 
     def world(self) -> tuple[int, str]:
@@ -121,14 +119,17 @@ def _rank_folders(step: Path) -> set[int]:
     try:
         with os.scandir(step) as entries:
             for entry in entries:
-                match = _RANK_FOLDER.fullmatch(entry.name)
-                if match and entry.is_dir(follow_symlinks=False) and os.path.isfile(Path(entry.path) / "dump.json"):
-                    found.add(int(match[1]))
+                dump_json = Path(entry.path) / "dump.json"
+                rank = dump_location(dump_json)[1]
+                if rank is not None and entry.is_dir(follow_symlinks=False) and os.path.isfile(dump_json):
+                    found.add(rank)
     except OSError:
         pass
     return found
 
 
-def _ranks(ranks: list[int]) -> str:
+def shown_ranks(ranks) -> str:
+    """'0, 1, 2': up to 8 ranks, then how many more."""
+    ranks = list(ranks)
     shown = ", ".join(str(rank) for rank in ranks[:8])
     return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")

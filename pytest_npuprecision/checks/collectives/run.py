@@ -26,7 +26,7 @@ from ..outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .calls import CollectiveCall, CollectiveSkip, decode_collective, layout_of
 from .definitions import Contribution, Expected, RanksDisagree, expected, sources
 from .fused import FUSED, FusedCall, decode_fused, fused_expected
-from .ranks import DumpIndex, RankEntry, StepRanks
+from .ranks import DumpIndex, RankEntry, StepRanks, shown_ranks
 
 _GOLDEN_BYTES = 8 + 8  # each element's float64 golden and its metrics' float64 work
 
@@ -76,15 +76,14 @@ def _collective(case: DumpCase, step: StepRanks, me: int, settings) -> tuple[lis
     wanted = sources(call, group, me)
     peers = _entries(case, step, wanted)
     calls = {rank: _peer_call(case, call, peer) for rank, peer in peers.items()}
-    _check_tensors(case, [spec for c in calls.values() for spec in iter_specs(c.sent)] + list(iter_specs(call.received)),
-                   len(calls), settings.max_case_bytes)
+    specs = [spec for c in calls.values() for spec in iter_specs(c.sent)] + list(iter_specs(call.received))
+    _check_tensors(case, specs, len(calls), settings.max_case_bytes)
     contributions = {rank: Contribution(calls[rank], _loaded(calls[rank].sent, peers[rank], case.key))
                      for rank in wanted}
     received = _loaded(call.received, RankEntry(me, case, step.dumps[me].data_dir), case.key)
-    reduces = call.api in ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base")
-    what = f"{call.op} over {len(group)} ranks" if reduces else f"{call.api} over {len(group)} ranks"
+    what = f"{call.op if call.reduces else call.api} over {len(group)} ranks"
     notes = (f"a collective, judged from the dump: rank {me}'s recorded result against the float64 golden of "
-             f"rank(s) {_listed(wanted)}'s recorded inputs ({what}, group {_listed(group)})",)
+             f"rank(s) {shown_ranks(wanted)}'s recorded inputs ({what}, group {shown_ranks(group)})",)
     return expected(layout, call, received, group, me, contributions), notes
 
 
@@ -116,7 +115,7 @@ def _fused(case: DumpCase, step: StepRanks, me: int, settings) -> tuple[list[Exp
     bias = None if call.bias is None else _loaded(call.bias, own, case.key)
     received = [_loaded(value, own, case.key) for value in call.outputs]
     notes = (f"a matmul fused with a collective, judged from the dump: rank {me}'s recorded result against the "
-             f"float64 golden of ranks {_listed(group)}'s recorded inputs (communicator {call.hcom!r:.60})",)
+             f"float64 golden of ranks {shown_ranks(group)}'s recorded inputs (communicator {call.hcom!r:.60})",)
     return fused_expected(call, group.index(me), x1s, x2s, bias, received), notes
 
 
@@ -138,9 +137,9 @@ def _group(call: CollectiveCall, step: StepRanks, me: int) -> tuple[int, ...]:
         return group
     absent = [rank for rank in call.group if rank not in step.dumps]
     if absent:
-        raise CollectiveSkip("ranks-missing", f"its group spans ranks {list(call.group)[:16]}, and rank(s) "
-                                              f"{absent[:8]} of it are not among the rank folders given under "
-                                              f"{step.folder}")
+        raise CollectiveSkip("ranks-missing", f"its group spans ranks {shown_ranks(call.group)}, and rank(s) "
+                                              f"{shown_ranks(absent)} of it are not among the rank folders given "
+                                              f"under {step.folder}")
     if me not in call.group:
         raise RanksDisagree(f"rank {me} records a call on the group {list(call.group)}, which does not hold it")
     implied = call.implied_size()
@@ -200,8 +199,3 @@ def _loaded(value: Any, entry: RankEntry, key: str) -> Any:
     if isinstance(value, list):
         return [_loaded(item, entry, key) for item in value]
     return value
-
-
-def _listed(ranks: tuple[int, ...]) -> str:
-    shown = ", ".join(str(rank) for rank in ranks[:8])
-    return shown + (f" … ({len(ranks)} ranks)" if len(ranks) > 8 else "")

@@ -1,6 +1,6 @@
-"""Quantization: per-token dynamic quantization and quantization by given scales, whose float64 golden is the
-exact value before rounding (judged by the quantized standard); quantised matmuls: an exact integer product, then the few float
-roundings of dequantization (scale, per-token scale, offset, bias, the output cast), judged against the
+"""Quantization: per-token dynamic quantization and quantization by given scales, whose float64 golden is
+the exact value before rounding (judged by the quantized standard); quantised matmuls: an exact integer
+product, then the few float roundings of dequantization (scale, per-token scale, offset, bias, the output cast), judged against the
 float64 dequantized product; and a float matmul of an int8 weight dequantized on the fly."""
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True):
     float64 call (the golden) the result is that value unrounded, as the quantized standard reads it."""
     target = _QUANTIZED_TO.get(dtype)
     if target is None:
-        raise UnjudgedFusedCall(f"dtype {dtype} (torch.quint4x2 packs 8 int4 values into an int32) has no reference here")
+        raise UnjudgedFusedCall(f"dtype {dtype} (torch.quint4x2 packs 8 int4 values into an int32) has no "
+                                f"reference here")
     golden = input.dtype == torch.float64
     wide = torch.float64 if golden else torch.float32
     along = -2 if axis == -2 else -1
