@@ -4,6 +4,7 @@ element. Statistics are msprobe's Max/Min/Mean/Norm (NaN and Infinity written ba
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ class TensorSink:
     """Where a tensor task saves its tensors; None of it for a statistics task."""
 
     folder: Path | None  # dump_tensor_data, or None: statistics only
+    checksums: bool = False  # msprobe's summary_mode "md5": each tensor's CRC32, written as "md5"
 
 
 def describe(value: Any, name: str, sink: TensorSink, depth: int = 0) -> Any:
@@ -73,7 +75,15 @@ def _tensor(tensor: torch.Tensor, name: str, sink: TensorSink) -> dict:
         desc["data_name"] = f"{name}.pt"
         # A copy on the CPU, detached and compact: later in-place updates must not change what was recorded.
         torch.save(tensor.detach().to("cpu", copy=True).contiguous(), sink.folder / f"{name}.pt")
+    if sink.checksums:
+        desc["md5"] = checksum(tensor)
     return desc
+
+
+def checksum(tensor: torch.Tensor) -> str:
+    """msprobe's "md5" of a tensor: the CRC32 of its bytes in memory order, as 8 hex digits."""
+    data = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return f"{zlib.crc32(data.view(torch.uint8).numpy().tobytes()) if data.numel() else 0:08x}"
 
 
 def statistics(tensor: torch.Tensor) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from .selection import ScopeWindow, Selection
 from .writer import DumpWriter
 
 TASKS = ("tensor", "statistics")
+SUMMARY_MODES = ("statistics", "md5")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_OVERRIDES = os.path.join("torch", "overrides.py")
 
@@ -44,9 +45,14 @@ class Capture:
 
     def __init__(self, path: str | os.PathLike, *, task: str = "tensor", level: str = "L1",
                  scope: Iterable[str] | None = None, list: Iterable[str] | None = None,
-                 data_mode: Iterable[str] | None = None, step: int | None = None, rank: int | None = None):
+                 data_mode: Iterable[str] | None = None, step: int | None = None, rank: int | None = None,
+                 summary_mode: str = "statistics"):
         if task not in TASKS:
             raise ValueError(f"task={task!r}: capture writes 'tensor' or 'statistics'")
+        if summary_mode not in SUMMARY_MODES:
+            raise ValueError(f"summary_mode={summary_mode!r}: capture writes 'statistics' or 'md5' (each tensor's "
+                             f"CRC32 beside its statistics, as msprobe does)")
+        self.summary_mode = summary_mode
         if level != "L1":
             raise ValueError(f"level={level!r}: capture records API calls (L1); module-level dumps (L0, mix) "
                              "need msprobe")
@@ -67,7 +73,8 @@ class Capture:
         if self.folder.exists():
             shutil.rmtree(self.folder)  # one capture is one step of one rank: a rerun replaces it
         self.folder.mkdir(parents=True)
-        sink = TensorSink(self.folder / "dump_tensor_data" if self.task == "tensor" else None)
+        sink = TensorSink(self.folder / "dump_tensor_data" if self.task == "tensor" else None,
+                          checksums=self.summary_mode == "md5")
         if sink.folder is not None:
             sink.folder.mkdir()
         self._writer = DumpWriter(self.folder, self.task, sink)
@@ -93,16 +100,18 @@ class Capture:
 
 def capture(path: str | os.PathLike, *, task: str = "tensor", level: str = "L1", scope: Iterable[str] | None = None,
             list: Iterable[str] | None = None, data_mode: Iterable[str] | None = None, step: int | None = None,
-            rank: int | None = None) -> Capture:
+            rank: int | None = None, summary_mode: str = "statistics") -> Capture:
     """Record every API call made inside the ``with`` block as msprobe's dump:
     ``path/step<step>/rank<rank>/{dump.json, stack.json, construct.json, dump_tensor_data/}``.
 
     task: "tensor" saves each tensor as a .pt file beside its statistics; "statistics" writes only
     Max/Min/Mean/Norm. scope: the first and last API to record; list: API names (or parts of them) to
-    keep; data_mode: any of "forward", "backward", "input", "output" ("all" by default). Run the
-    backward inside the block: its entries are written when the block ends.
+    keep; data_mode: any of "forward", "backward", "input", "output" ("all" by default); summary_mode:
+    "md5" adds each tensor's checksum (a CRC32, under msprobe's key "md5"). Run the backward inside the
+    block: its entries are written when the block ends.
     """
-    return Capture(path, task=task, level=level, scope=scope, list=list, data_mode=data_mode, step=step, rank=rank)
+    return Capture(path, task=task, level=level, scope=scope, list=list, data_mode=data_mode, step=step, rank=rank,
+                   summary_mode=summary_mode)
 
 
 def _rank_folder(rank: int | None) -> str:

@@ -1,4 +1,5 @@
 """A second dump as the baseline: a GPU's dump of the same model, judged offline as the device's is.
+A statistics dump pairs too: its entries are judged by their statistics (checks/statistics/).
 
 msprobe's ``compare`` sets the NPU's output of each API against the GPU's, which mixes the API's own
 error with everything that diverged upstream. Here each side is judged against the float64 golden of
@@ -30,6 +31,8 @@ class BaselineDump:
     framework: str | None
     device: str | None  # where its dump.json names one; msprobe's do not
     pairing: DumpPairing = field(compare=False)
+    # Its dump.json files that recorded no tensor files (statistics dumps): their entries pair by statistics.
+    statistics: tuple[Path, ...] = ()
 
     @property
     def label(self) -> str:
@@ -43,7 +46,8 @@ class BaselineDump:
         """The baseline dump as run.json and the reports name it."""
         return {"path": str(self.path), "framework": self.framework,
                 "device": self.device or "not recorded in its dump.json",
-                "dumps": [str(dump.path) for dump in self.pairing.dumps]}
+                "dumps": [str(dump.path) for dump in self.pairing.dumps],
+                "statistics_dumps": [str(path) for path in self.statistics]}
 
     @classmethod
     def load(cls, path: Path | str) -> "BaselineDump":
@@ -57,16 +61,10 @@ class BaselineDump:
         broken = [dump for dump in dumps if dump.error]
         if broken:
             raise BaselineDumpError(f"--npu-precision-baseline {str(path)!r}: {broken[0].error}")
-        without = [dump for dump in dumps if not _holds_tensors(dump)]
-        if without:
-            named = ", ".join(str(dump.path) for dump in without[:3])
-            raise BaselineDumpError(
-                f"--npu-precision-baseline {str(path)!r} is a statistics dump ({named} recorded no tensor files): "
-                f"its entries cannot be judged offline element by element. Dump the baseline with task 'tensor' "
-                f"and data_mode 'all'")
         framework = _one((dump.framework for dump in dumps))
         device = _one((dump.device for dump in dumps))
-        return cls(path, framework, device, DumpPairing(dumps))
+        statistics = tuple(dump.path for dump in dumps if not _holds_tensors(dump))
+        return cls(path, framework, device, DumpPairing(dumps), statistics)
 
 
 def is_dump_path(value: str) -> bool:

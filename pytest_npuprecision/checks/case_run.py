@@ -44,6 +44,8 @@ from .error_data import save_error_data
 from .judging import judge, parted_checks
 from .outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .recorded_baseline import RecordedBaseline, RecordedCase
+from .statistics.run import StatisticsPartner, run_statistics_case
+from .statistics.summaries import has_statistics, saved_outputs
 
 
 class ReplayError(Exception):
@@ -133,6 +135,8 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
 def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Settings, started: float) -> CaseResult:
     op = resolve(case.api.rsplit(".", 1)[0])
     offline = isinstance(settings.device, DumpedOutputs)
+    if offline and _by_statistics(case, entries, settings):
+        return _statistics_case(case, entries, settings)
     if op.unsupported and not (offline and op.reference is not None):
         raise CaseSkipped(op.unsupported_reason, op.unsupported)
     _check_budget(case, entries, settings)
@@ -206,6 +210,40 @@ def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Se
                       error_data=saved, partner=partner, unpaired=unpaired[0] if unpaired else "",
                       parted=tuple(f"{o.name}: {c.describe()}" for o in outputs if partner
                                    for c in parted_checks(o.verdict)))
+
+
+def _by_statistics(case: DumpCase, entries: CaseEntries, settings: Settings) -> bool:
+    """Offline, a case whose results the dump has no file of (a statistics dump), or whose partner in a
+    statistics baseline dump has none, is judged by its statistics."""
+    backward = case.direction == "backward"
+    try:
+        if not saved_outputs(entries, backward):
+            return has_statistics(entries, backward)
+    except DescriptorError:
+        return False  # the replay's path reports the malformed entry
+    baseline = settings.baseline
+    if isinstance(baseline, BaselineDump) and baseline.statistics:
+        partner = baseline.pairing.partner(case)
+        return partner is not None and partner.dump.path in baseline.statistics
+    return False
+
+
+def _statistics_case(case: DumpCase, entries: CaseEntries, settings: Settings) -> CaseResult:
+    """The case judged by its statistics: its invariants, and beside a baseline dump its partner's."""
+    partner, unpaired = None, None
+    if isinstance(settings.baseline, BaselineDump):
+        pairing, where = settings.baseline.pairing, settings.baseline.path
+        found = pairing.partner(case)
+        if found is None:
+            kind = "absent" if pairing.holds_place_of(case) else "no-such-dump"
+            unpaired = (kind, f"no baseline: the baseline dump {where} holds no entry {case.key}" if kind == "absent"
+                        else f"no baseline: the baseline dump {where} holds no dump of this step and rank")
+        elif (differs := argument_difference(case, found.case)) is not None:
+            unpaired = ("arguments-differ", f"no baseline: not paired with {found.case.case_id} of the baseline dump "
+                                            f"{where}, whose arguments differ: {differs}")
+        else:
+            partner = StatisticsPartner(found.case, found.case.read(), found.dump.data_dir)
+    return run_statistics_case(case, entries, settings, partner, unpaired)
 
 
 def _leaves(args, kwargs) -> list[Any]:

@@ -78,6 +78,7 @@ class TensorSpec:
     data_name: str | None
     where: str
     ndarray: bool = False  # the argument was a numpy array, not a tensor
+    checksum: str | None = None  # msprobe's "md5" (summary_mode md5: a CRC32 of the bytes, despite its name)
 
     @property
     def numel(self) -> int:
@@ -338,8 +339,11 @@ def _tensor_spec(desc: dict, where: str) -> TensorSpec:
     data_name = desc.get("data_name")
     if data_name is not None and not isinstance(data_name, str):
         raise MalformedDescriptor(where, f"has data_name {data_name!r}, expected a file name")
+    checksum = desc.get("md5")
+    if checksum is not None and not isinstance(checksum, str):
+        raise MalformedDescriptor(where, f"has md5 {checksum!r}, expected a checksum string")
     return TensorSpec(dtype, tuple(shape), *stats, requires_grad=desc.get("requires_grad") is True,
-                      data_name=data_name, where=where, ndarray=ndarray)
+                      data_name=data_name, where=where, ndarray=ndarray, checksum=checksum)
 
 
 def _numpy_dtype_name(name: Any) -> str:

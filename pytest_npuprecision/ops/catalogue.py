@@ -89,6 +89,34 @@ ELEMENTWISE = frozenset({
     "npu_apply_adam", "npu_apply_adam_w",  # an update: each element its own few roundings
 })
 
+# What a statistics dump can check of an op on its own: the family of invariants its definition puts on its
+# outputs' Max, Min, Mean and Norm given its inputs' (checks/statistics/invariants.py). Elementwise ops are
+# those of one tensor (a number beside it is part of the function: x / 8.0).
+STATISTICS: Mapping[str, frozenset[str]] = MappingProxyType({
+    "elementwise": frozenset({
+        "relu", "relu6", "gelu", "silu", "sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+        "sqrt", "rsqrt", "reciprocal", "sin", "cos", "erf", "erfc", "neg", "negative", "abs", "square", "softplus",
+        "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "mish", "logsigmoid", "softsign",
+        "tanhshrink", "sign", "floor", "ceil", "round", "trunc", "clamp", "clip", "pow", "mul", "div", "truediv",
+        "npu_gelu",
+    }),
+    "add_or_sub": frozenset({"add", "sub", "rsub"}),
+    "softmax": frozenset({"softmax"}),
+    "log_softmax": frozenset({"log_softmax"}),
+    "layer_norm": frozenset({"layer_norm"}),
+    "rms_norm": frozenset({"rms_norm", "npu_rms_norm"}),
+    "same_values": frozenset({
+        "view", "reshape", "transpose", "permute", "contiguous", "clone", "flatten", "squeeze", "unsqueeze", "t",
+        "detach", "view_as", "reshape_as", "movedim", "flip", "roll", "expand", "expand_as", "float", "half",
+        "bfloat16", "double", "to", "type_as", "npu_format_cast",
+    }),
+    "partition": frozenset({"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "cat", "concat",
+                            "concatenate", "stack"}),
+    "subset": frozenset({"getitem", "narrow", "select", "index_select", "embedding", "masked_select", "take"}),
+    "reduction": frozenset({"mean", "sum"}),
+    "nonnegative": frozenset({"cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}),
+})
+
 # The standards that judge one rounding per element: a rule that sums many terms contradicts them.
 _ONE_ROUNDING = frozenset({"absolute", "ulp"})
 # The standards whose limits scale with an accumulation: a reducing op they judge needs its reduction.
@@ -148,6 +176,7 @@ class OpRecord:
     normwise: bool = False  # stable only normwise: a matrix algorithm, or one of NORMWISE
     # (skip reason, why) where a case of it has nothing a golden could compute (UNJUDGED)
     unjudged: tuple[str, str] | None = None
+    statistics: str | None = None  # the family of invariants a statistics dump can check of it (STATISTICS)
 
     @property
     def standard(self) -> str | None:
@@ -219,8 +248,10 @@ def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Map
     """The catalogue of every op the tables name, validated: raises CatalogueError naming the first op
     whose tables contradict each other."""
     names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
-        | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family}
+        | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family} \
+        | {n for family in STATISTICS.values() for n in family}
     families = {name: family for family, members in MATH_FAMILIES.items() for name in members}
+    invariants = {name: family for family, members in STATISTICS.items() for name in members}
     records = {}
     for name in sorted(names):
         record = OpRecord(
@@ -228,7 +259,8 @@ def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Map
             plain_sum=name in PLAIN_SUMS, rounded_once=name in ROUNDED_ONCE,
             rounded_once_in_half=name in ROUNDED_ONCE_IN_HALF, exactly_rounded=name in EXACTLY_ROUNDED,
             dtype_grid_golden=name in rules.dtype_grid_golden, matrix_algorithm=name in MATRIX_ALGORITHMS,
-            normwise=name in MATRIX_ALGORITHMS | NORMWISE, unjudged=UNJUDGED.get(name))
+            normwise=name in MATRIX_ALGORITHMS | NORMWISE, unjudged=UNJUDGED.get(name),
+            statistics=invariants.get(name))
         _validate(record, elementwise=name in ELEMENTWISE)
         records[name] = record
     return Catalogue(records)

@@ -22,9 +22,7 @@ def check_dumps(config: pytest.Config) -> bool:
     dumps = list(dict.fromkeys(dumps))  # a path given twice is run once
     config.stash[_DUMPS] = _found_dumps(dumps)
     _refuse_dump_configuration(config, dumps)
-    if config.getoption("npu_precision_device") == "dumped":
-        _refuse_dumps_without_tensors(config.stash[_DUMPS])
-    elif os.path.isdir(config.getoption("npu_precision_baseline")):
+    if config.getoption("npu_precision_device") != "dumped" and os.path.isdir(config.getoption("npu_precision_baseline")):
         _refuse_statistics_beside_a_dump(config.stash[_DUMPS])
     return True
 
@@ -46,27 +44,16 @@ def _refuse_dump_configuration(config: pytest.Config, dumps: list[str]) -> None:
                                     f"--npu-precision={dump}, or give your own with -c")
 
 
-def _refuse_dumps_without_tensors(found: list[tuple[str, list[DumpSource]]]) -> None:
-    """`--npu-precision-device dumped` judges the tensors a dump recorded: a dump without any would only skip."""
-    empty = _without_tensors(found)
-    if not empty:
-        return
-    raise pytest.UsageError(
-        f"--npu-precision-device dumped judges the results a dump recorded, and {_named(empty)} recorded none: no "
-        f"dump_tensor_data folder with tensor files beside the dump.json (a statistics dump). Every case would "
-        f"skip. Replay it on a device instead (--npu-precision-device auto, npu or cuda), or dump with task "
-        f"'tensor' to check it offline")
-
-
 def _refuse_statistics_beside_a_dump(found: list[tuple[str, list[DumpSource]]]) -> None:
-    """A baseline dump's errors are those of its recorded tensors; a statistics dump's replay runs on inputs
-    drawn from its statistics, whose errors are no measure of the same call's."""
+    """A device that replays a statistics dump runs it on inputs drawn from its statistics, whose errors are no
+    measure of the calls the baseline dump recorded; two dumps compared offline pair by their statistics."""
     empty = _without_tensors(found)
     if empty:
         raise pytest.UsageError(
-            f"--npu-precision-baseline names a dump, to be judged beside a dump of the same calls, but "
-            f"{_named(empty)} recorded no tensor files (a statistics dump): its calls cannot be judged element by "
-            f"element from what they ran on. Dump it with task 'tensor' and data_mode 'all'")
+            f"--npu-precision-baseline names a dump, to be compared with a dump of the same calls, but "
+            f"{_named(empty)} recorded no tensor files (a statistics dump): replayed on a device, its calls run on "
+            f"made-up inputs, not on what they ran on. Compare the two dumps offline with --npu-precision-device "
+            f"dumped (statistics pair by statistics), or dump with task 'tensor' and data_mode 'all'")
 
 
 def _without_tensors(found: list[tuple[str, list[DumpSource]]]) -> list[DumpSource]:

@@ -81,9 +81,15 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | Base
         return None
     if os.path.lexists(value) and is_dump_path(value):  # a folder is a dump; a file a recorded baseline
         try:
-            return BaselineDump.load(value)
+            dump = BaselineDump.load(value)
         except BaselineDumpError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if dump.statistics and config.getoption("npu_precision_device") != "dumped":
+            raise pytest.UsageError(
+                f"--npu-precision-baseline {value!r} is a statistics dump ({dump.statistics[0]} recorded no tensor "
+                f"files): it pairs with a dump judged offline, by statistics. Add --npu-precision-device dumped, or "
+                f"dump the baseline with task 'tensor' and data_mode 'all'")
+        return dump
     if os.path.lexists(value):
         try:
             return RecordedBaseline.load(value)

@@ -248,7 +248,10 @@ def _leading(failures: tuple[Check, ...], kind: str | None) -> tuple[Check, ...]
 
 
 def render_message(verdict: Verdict) -> str:
-    """A stable, line-oriented description of a verdict; what the error is, then failing checks."""
+    """A stable, line-oriented description of a verdict; what the error is, then failing checks. A verdict of
+    another kind (a statistics dump's, checks/statistics/verdicts.py) renders itself."""
+    if not isinstance(verdict, Verdict):
+        return verdict.render()
     name = verdict.op or "<tensor>"
     shape = "x".join(map(str, verdict.shape)) or "scalar"
     lines = [f"{name} [{verdict.dtype}, {shape}]: {verdict.status.value} by the {verdict.standard} standard"]

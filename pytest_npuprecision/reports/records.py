@@ -80,7 +80,7 @@ def output_record(name: str, verdict, profile=None) -> dict[str, Any]:
         "shape": list(verdict.shape),
         "checks": [{"metric": c.metric, "value": c.value, "limit": c.limit, "status": c.status.value,
                     "upper": c.upper, "warning": c.warning, "baseline": c.baseline} for c in verdict.checks],
-        "metrics": verdict.metrics.as_dict(),
+        "metrics": None if verdict.metrics is None else verdict.metrics.as_dict(),  # None: judged by statistics
         # The baseline's own metrics against the golden, where the benchmark standard judged beside one.
         "baseline_metrics": None if verdict.baseline_metrics is None else verdict.baseline_metrics.as_dict(),
         "worst": None if verdict.worst is None else {"index": list(verdict.worst.index), "actual": verdict.worst.actual,

@@ -77,6 +77,9 @@ def _csv_status(record: dict | None) -> str:
 
 def _details_row(name: str, output: dict) -> list[str]:
     m = output["metrics"]
+    if m is None:  # judged by its statistics: no element metrics
+        return [name, _BLANK, f"torch.{output['dtype']}", str(tuple(output["shape"]))] + \
+            [_BLANK] * (len(DETAILS_COLUMNS) - 6) + [output["status"], f"{output['standard']} standard"]
     numel = max(m["numel"], 1)
 
     def number(value: float) -> str:
