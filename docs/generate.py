@@ -122,6 +122,7 @@ def ops_page() -> str:
              f"[`{r.standard}`](../standards.md#{r.standard.replace('_', '-')})" if r.standard else "—",
              r.table.backward or "—", r.table.level, str(r.roundings), reduction(r),
              r.math_family or "—", traits(r),
+             f"[{r.statistics}](../offline.md#statistics-dumps)" if r.statistics else "—",
              f"`{r.reference.signature.split('(')[0]}`" if r.reference else "—",
              f"skips as `{r.unjudged[0]}`: {cell(r.unjudged[1])}" if r.unjudged
              else cell(r.reference.unsupported) if r.reference and r.reference.unsupported else "—"] for r in records]
@@ -135,13 +136,14 @@ def ops_page() -> str:
              "no standard uses `error_bound` for float outputs; integer and bool outputs are always `binary`. "
              "With a baseline, every float op that is not binary is judged by the benchmark ratios at its "
              "level, beside its own standard. An op with no reduction is judged as one rounding per element "
-             "(K = 1); traits are [docs/standards.md](../standards.md)'s. A torch_npu op msprobe hooks that "
+             "(K = 1); traits are [docs/standards.md](../standards.md)'s; its statistics invariants are what one "
+             "statistics dump can check of it on its own. A torch_npu op msprobe hooks that "
              "has no row with a reference here skips as `no-reference`, live and offline, naming how to "
              "register one; `MindSpeed.<module>.<op>` names of the ops MindSpeed wraps are judged offline "
              "against the reference of the op they wrap (`gmm.npu_gmm`, `gmm.npu_gmm_v2`, "
              "`fusion_attention_v2.npu_fusion_attention`).\n\n",
              table(["op", "standard", "backward", "level", "roundings", "reduction", "float32 family", "traits",
-                    "torch_npu reference", "not supported, and why"], rows),
+                    "statistics invariants", "torch_npu reference", "not supported, and why"], rows),
              f"\n## Backward cases\n\nEvery backward case allows {data['backward_roundings']} intermediate "
              "roundings in the output dtype: a gradient is a chain of ops, each free to round.\n",
              "\n## Per-op overrides\n\n",

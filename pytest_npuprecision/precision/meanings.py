@@ -15,9 +15,15 @@ ROUNDING_SECTION = f"{STANDARDS_PAGE}#the-rounding-gate"
 _GATES = {"nonfinite_mismatch": GATE_SECTION, "rounding_bias": ROUNDING_SECTION}
 
 
+# Standards that judge a statistics dump, explained with the offline checks rather than the tensor standards.
+_STATISTICS_SECTION = "docs/offline.md#statistics-dumps"
+_ELSEWHERE = {"statistics-invariants": _STATISTICS_SECTION, "statistics-pair": _STATISTICS_SECTION,
+              "checksum": _STATISTICS_SECTION}
+
+
 def standard_section(standard: str) -> str:
     """'error_bound' -> 'docs/standards.md#error-bound': the heading's anchor as MkDocs and GitHub write it."""
-    return f"{STANDARDS_PAGE}#{standard.replace('_', '-')}"
+    return _ELSEWHERE.get(standard) or f"{STANDARDS_PAGE}#{standard.replace('_', '-')}"
 
 
 def failure_sections(standard: str, failed_metrics: Iterable[str]) -> tuple[str, ...]:

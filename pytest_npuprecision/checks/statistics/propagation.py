@@ -11,9 +11,10 @@ like the recorded ones, plus each side's fair rounding of the output and of the 
   and taken as a spread of that size over every element.
 - What that does to the outputs: the op runs in float64 on inputs made to the partner's statistics (its real
   tensors where the partner dump saved them), then again with each input moved by its estimated spread in
-  random directions, and once scaled and offset as its Norm and Mean moved; the largest change of each output
-  statistic, times DRIFT (and sqrt(K) where the output sums K terms: drift that is coherent along the sum adds
-  K times, where random draws add sqrt(K) times), is what the inputs explain.
+  random directions: the largest change of each output statistic, times DRIFT (and sqrt(K) where the output
+  sums K terms: drift that is coherent along the sum adds K times, where random draws add sqrt(K) times); and
+  once scaled and offset as far as its Norm and Mean allow, times SHIFTED. The larger is what the inputs
+  explain.
 - Fair rounding: the error bound of each output element (the error-bound standard's, from the op's
   accumulation) moves Max and Min by at most its largest value, the Mean by its mean, the Norm by its norm.
 
@@ -41,6 +42,7 @@ from .verdicts import Finding, finding
 # largest change it made there: one sample of the parting's direction stands for every one it might take.
 DRIFT = 8.0
 DRAWS = 2
+SHIFTED = 2.0
 
 
 class NoPropagation(Exception):
@@ -70,14 +72,15 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
         return (tensor.detach().double() * (1 + scale) + offset).requires_grad_(tensor.requires_grad)
 
     moved = [_run(op, inputs, *_moved_inputs(partner.entries, inputs, move), backward, settings, case.seed)
-             for move in (spread,) * DRAWS + (shift,)]
+             for move in (spread,) * DRAWS]
+    shifted = _run(op, inputs, *_moved_inputs(partner.entries, inputs, shift), backward, settings, case.seed)
     found: dict[str, list[Finding]] = {}
     for name, out in _matched(ours, base, backward).items():
         mine, partner_out = ours.output(name), theirs.output(name)
         if partner_out is None or mine.max is None or partner_out.max is None:
             continue
         others = [_output_named(run, out.name) for run in moved]
-        found[name] = _parting(mine, partner_out, out, others, notes)
+        found[name] = _parting(mine, partner_out, out, others, _output_named(shifted, out.name), notes)
     if not found:
         raise NoPropagation("none of its outputs has statistics on both sides that its replay computes")
     return found
@@ -122,16 +125,20 @@ def _spread(tensor: torch.Tensor, size: float, generator: torch.Generator) -> to
 
 def _input_shifts(ours: CallSummaries, theirs: CallSummaries) -> dict[str, tuple[float, float]]:
     """Each float input's parting read as a scale and an offset of the partner's: the Norm's relative change, and
-    what of the Mean's change that scale leaves. Drift that builds up along a model is often this coherent, and
-    then moves a Mean or a Norm downstream far more than a spread in random directions does."""
+    the Mean's change beyond that scale, each as large as the statistics allow once their own rounding is counted
+    (a bfloat16 Mean rounded by msprobe hides a change its float32 output shows). Drift that builds up along a
+    model is often this coherent, and then moves a Mean or a Norm downstream far more than a spread in random
+    directions does."""
     shifts = {}
     for mine in ours.inputs:
         other = theirs.input(mine.name)
         if other is None or not mine.floating or None in (mine.norm, other.norm, mine.mean, other.mean) or \
                 not other.norm:
             continue
-        scale = (mine.norm - other.norm) / other.norm
-        shifts[mine.name] = (scale, mine.mean - other.mean - scale * other.mean)
+        norm = mine.norm - other.norm
+        scale = math.copysign(abs(norm) + mine.slack("Norm") + other.slack("Norm"), norm) / other.norm
+        mean = mine.mean - other.mean - scale * other.mean
+        shifts[mine.name] = (scale, math.copysign(abs(mean) + mine.slack("Mean") + other.slack("Mean"), mean))
     return shifts
 
 
@@ -207,7 +214,7 @@ def _rounding(out: RunOutput) -> dict[str, float]:
 
 
 def _parting(mine: Summary, theirs: Summary, out: RunOutput, moved: list[RunOutput | None],
-             notes: list[str]) -> list[Finding]:
+             shifted: RunOutput | None, notes: list[str]) -> list[Finding]:
     base = statistics_of(out.golden)
     # Made-up inputs may be smaller than the real ones: each side rounds its output at least once, as recorded.
     once = {s: mine.unit_roundoff * (mine.rms if s == "Mean" else abs(mine.value(s) or 0.0)) for s in STATISTICS}
@@ -216,6 +223,9 @@ def _parting(mine: Summary, theirs: Summary, out: RunOutput, moved: list[RunOutp
     coherence = math.sqrt(out.accumulation.length) if out.accumulation is not None else 1.0
     changes = {s: max((abs(statistics_of(m.golden)[s] - base[s]) for m in moved if m is not None), default=0.0)
                for s in STATISTICS}
+    # The shift is no sample but the most the statistics allow: twice its change, for the op's curvature.
+    coherent = statistics_of(shifted.golden) if shifted is not None else base
+    changes = {s: max(DRIFT * coherence * changes[s], SHIFTED * abs(coherent[s] - base[s])) for s in STATISTICS}
     found, inherited = [], []
     for statistic in STATISTICS:
         a, b = mine.value(statistic), theirs.value(statistic)
@@ -227,7 +237,7 @@ def _parting(mine: Summary, theirs: Summary, out: RunOutput, moved: list[RunOutp
             found.append(finding(mine.name, metric, 0.0 if same else math.inf, 1.0,
                                  f"{mine.name} {statistic} is {a:.9g} here and {b:.9g} in its partner"))
             continue
-        explained = DRIFT * coherence * changes[statistic]
+        explained = changes[statistic]
         fair = 2 * rounding[statistic] + mine.slack(statistic) + theirs.slack(statistic) + \
             float_format(mine.dtype).smallest_subnormal
         parted = abs(a - b)

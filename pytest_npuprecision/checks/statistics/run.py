@@ -69,12 +69,24 @@ def run_statistics_case(case: DumpCase, entries: CaseEntries, settings: Any, par
         outputs.append(OutputVerdict(out.name, verdict_of(found, standard, case.key, out.dtype_name, out.shape,
                                                           tuple(notes))))
     status = Status.worst(o.verdict.status for o in outputs)
-    blamed = tuple(f"{name}: {f.text}" for name, found in parted.items() for f in found
-                   if f.check.status is not Status.PASS)
+    broken = _broken_here(op, own, partner, theirs, backward) if theirs is not None else []
+    blamed = tuple(f"{f.output}: {f.text}" for f in broken) + \
+        tuple(f"{name}: {f.text}" for name, found in parted.items() for f in found if f.check.status is not Status.PASS)
     bits = tuple(f"{name}: {f.text}" for name, found in sums.items() for f in found if f.check.metric == "parted_bits")
     state = "none" if partner is None and unpaired is None else "dump" if partner is not None else "unpaired"
     return CaseResult(case, status, tuple(outputs), tuple(notes), time.perf_counter() - started, 0.0,
                       baseline=state, unpaired=unpaired[0] if unpaired else "", parted=blamed + bits)
+
+
+def _broken_here(op, own: dict[str, list[Finding]], partner: StatisticsPartner, theirs: CallSummaries,
+                 backward: bool) -> list[Finding]:
+    """The device's failing invariants that its partner meets: there the dumps part, whatever drifted upstream."""
+    try:
+        partner_own, _ = _invariants(op, partner.entries.call, theirs, backward)
+    except DescriptorError:
+        partner_own = {}
+    return [mine for name, found in own.items() for mine, other in zip(found, partner_own.get(name, []))
+            if mine.check.status is not Status.PASS and other.check.status is Status.PASS]
 
 
 def _invariants(op, call, ours: CallSummaries, backward: bool) -> tuple[dict[str, list[Finding]], str]:

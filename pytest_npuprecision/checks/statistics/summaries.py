@@ -70,8 +70,9 @@ class Summary:
         """How far a fair computation of ``statistic`` of this very tensor may lie from its exact value.
 
         Max and Min are elements, exact. msprobe computes Mean and Norm on the device in the tensor's dtype: a
-        bfloat16 tensor's Mean is rounded to bfloat16, one rounding (two for a kernel that rounds an
-        intermediate). A value off the dtype's grid was computed wider (capture computes half types' in float32),
+        bfloat16 tensor's Mean is rounded to bfloat16: one rounding of a float32 sum, two where a kernel rounds
+        an intermediate (one is too few: the fair msprobe-written bfloat16 pairs of the tests then part). A value
+        off the dtype's grid was computed wider (capture computes half types' in float32),
         and errs only by its float32 sum: log2(n) roundings of the summed magnitudes.
         """
         if statistic in ("Max", "Min") or not self.floating:
