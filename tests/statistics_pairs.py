@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from capture_step import Block
 from torch.overrides import TorchFunctionMode
 
 SEED = 2024
@@ -34,31 +35,9 @@ PLANTED_API = {"gelu_scale": "Functional.gelu", "linear_scale": "Functional.line
                "softmax_bf16_sum": "Torch.softmax"}
 
 
-class Block(nn.Module):
-    """A pre-norm transformer block: attention by matmul and softmax over rows of 128, then a gelu MLP."""
-
-    def __init__(self, d: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc_in = nn.Linear(d, 4 * d)
-        self.fc_out = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        h = self.heads
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
-        p = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / (d // h) ** 0.5, dim=-1)
-        y = torch.matmul(p, v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.fc_out(F.gelu(self.fc_in(self.ln2(x))))
-
-
 class TinyLM(nn.Module):
+    """capture_step's pre-norm blocks, wider and over 128 tokens: attention rows of 128."""
+
     def __init__(self, vocab: int = 64, d: int = 64, heads: int = 4, layers: int = 3):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)

@@ -217,9 +217,9 @@ def test_a_folder_without_a_dump_is_one_usage_error(pytester, tmp_path, pair):
 def test_a_statistics_baseline_dump_of_another_model_pairs_nothing_and_loses_nothing(pytester, pair):
     """A statistics baseline pairs by statistics (issue 55); one of another model pairs nothing, as a tensor one."""
     result, records = run(pytester, pair[0], fixture_dump("mlp_statistics"))
-    assert result.ret == 5
+    assert result.ret == 1  # its planted calls fail on their own standard
     assert any(line.startswith("NOTHING PAIRED") for line in result.outlines)
-    assert records and all(r["baseline_state"] in ("unpaired", "baseline-only") for r in records
+    assert records and all(r["baseline_state"] in ("unpaired", "baseline-only") for r in records.values()
                            if r["status"] != "skip" or r["baseline_state"])
 
 

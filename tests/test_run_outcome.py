@@ -23,15 +23,14 @@ def last_line(result) -> str:
     return [line for line in result.outlines if line.strip()][-1]
 
 
-def test_dumped_on_a_statistics_dump_is_one_usage_error(pytester):
+def test_dumped_on_a_statistics_dump_judges_what_its_statistics_prove(pytester):
+    """Once one usage error; now each call is judged by its invariants, and one without says why (issue 55)."""
     shutil.copytree(EXAMPLES / "mlp_statistics", pytester.path / "stats")
     result = pytester.runpytest("--npu-precision", "stats", "--npu-precision-device", "dumped",
                                 "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    [error] = [line for line in result.errlines if line.startswith("ERROR:")]
-    assert error.startswith("ERROR: --npu-precision-device dumped judges the results a dump recorded, and "
-                            "stats/step0/rank0/dump.json recorded none: no dump_tensor_data folder")
-    assert "--npu-precision-device auto" in error
+    assert result.ret == 0
+    cases = next(line for line in result.outlines if line.startswith("cases:"))
+    assert cases.startswith("cases: 9 pass, 7 skip (7 no-invariant)"), cases
 
 
 def test_a_run_where_every_case_skips_says_so_and_exits_5(pytester):

@@ -68,8 +68,24 @@ class Element:
     allowed: float | None = None  # the absolute error the standard allows here
 
 
+class Judged:
+    """What every verdict tells from its status and checks, whatever it judged (a tensor here; a statistics
+    dump's in checks/statistics/verdicts.py)."""
+
+    status: Status
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        return self.status is not Status.ERROR
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status is not Status.PASS)
+
+
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Judged):
     status: Status
     standard: str
     op: str | None
@@ -81,14 +97,6 @@ class Verdict:
     worst: Element | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     excused: Excused | None = None  # what the second look excused, where it turned a failure into a pass
-
-    @property
-    def passed(self) -> bool:
-        return self.status is not Status.ERROR
-
-    @property
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.status is not Status.PASS)
 
 
 # Metrics that a mean over every element decides: the worst element may lie well within what the

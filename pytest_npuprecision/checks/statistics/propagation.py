@@ -30,10 +30,12 @@ import torch
 
 from ...backends import Backend
 from ...common.dtypes import float_format
+from ...common.memory_sizes import format_size
 from ...dump.arguments import materialize
 from ...dump.descriptors import DescriptorError, DumpDataError, TensorSpec
 from ...dump.dump_cases import DumpCase
 from ...precision.element_bound import error_bound, flat_term_norm
+from ...replay.memory_budget import case_bytes
 from ...replay.runner import GoldenNotWide, OpExecutionError, RunOutput, run_call
 from .summaries import STATISTICS, CallSummaries, Summary
 from .verdicts import Finding, finding
@@ -56,6 +58,10 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
     if op.func is None:
         raise NoPropagation(f"{op.api_name} cannot run here, so how its inputs' parting moves its outputs is unknown")
     backward = case.direction == "backward"
+    need = case_bytes(partner.entries, direction=case.direction, baseline=False)
+    if settings.max_case_bytes is not None and need > settings.max_case_bytes:
+        raise NoPropagation(f"its replay needs about {format_size(need)}, past the budget of "
+                            f"{format_size(settings.max_case_bytes)} (--npu-precision-max-case-memory)")
     try:
         inputs = materialize(partner.case, partner.data_dir, entries=partner.entries)
     except (DumpDataError, DescriptorError) as exc:
@@ -82,7 +88,12 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
         others = [_output_named(run, out.name) for run in moved]
         found[name] = _parting(mine, partner_out, out, others, _output_named(shifted, out.name), notes)
     if not found:
-        raise NoPropagation("none of its outputs has statistics on both sides that its replay computes")
+        shapes = ", ".join(str(list(s.shape)) for s in ours.outputs)
+        replayed = ", ".join(str(list(o.golden.shape)) for o in base if o.golden.is_floating_point())
+        raise NoPropagation(f"none of its recorded outputs ({shapes or 'none'}) is one its replay computes "
+                            f"({replayed or 'none'})" + (": msprobe records the gradients of the call's last "
+                                                          "autograd node, which may be a reshape inside it"
+                                                          if backward else ""))
     return found
 
 

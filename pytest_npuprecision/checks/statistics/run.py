@@ -40,12 +40,18 @@ def run_statistics_case(case: DumpCase, entries: CaseEntries, settings: Any, par
     op = resolve(case.api.rsplit(".", 1)[0])
     try:
         ours = call_summaries(entries, backward)
-        call = entries.call
-        theirs = None if partner is None else call_summaries(partner.entries, backward)
+        own, why_none = _invariants(op, entries.call, ours, backward)
     except DescriptorError as exc:
         raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
     notes: list[str] = []
-    own, why_none = _invariants(op, call, ours, backward)
+    theirs, partner_own = None, {}
+    if partner is not None:
+        try:
+            theirs = call_summaries(partner.entries, backward)
+            partner_own, _ = _invariants(op, partner.entries.call, theirs, backward)
+        except DescriptorError as exc:  # the partner's fault: this entry is judged on its own
+            partner, unpaired = None, ("partner-not-judged", f"no baseline: its partner {partner.case.case_id} "
+                                                             f"cannot be read: {exc}")
     parted: dict[str, list[Finding]] = {}
     sums: dict[str, list[Finding]] = {}
     if theirs is not None:
@@ -59,34 +65,33 @@ def run_statistics_case(case: DumpCase, entries: CaseEntries, settings: Any, par
     if not own and not parted and not sums:
         reason = "no-invariant" if theirs is None else "no-statistics-judgement"
         raise CaseSkipped(reason, f"{case.key}: {why_none}" + (f"; {'; '.join(notes)}" if notes else ""))
-    outputs = []
-    for out in ours.outputs:
-        found = own.get(out.name, []) + parted.get(out.name, []) + sums.get(out.name, [])
-        if not found:
-            continue
-        standard = "+".join(s for s, part in ((INVARIANTS, own), (PAIRED, parted), (CHECKSUM, sums))
-                            if part.get(out.name))
-        outputs.append(OutputVerdict(out.name, verdict_of(found, standard, case.key, out.dtype_name, out.shape,
-                                                          tuple(notes))))
-    status = Status.worst(o.verdict.status for o in outputs)
-    broken = _broken_here(op, own, partner, theirs, backward) if theirs is not None else []
-    blamed = tuple(f"{f.output}: {f.text}" for f in broken) + \
-        tuple(f"{name}: {f.text}" for name, found in parted.items() for f in found if f.check.status is not Status.PASS)
-    bits = tuple(f"{name}: {f.text}" for name, found in sums.items() for f in found if f.check.metric == "parted_bits")
-    state = "none" if partner is None and unpaired is None else "dump" if partner is not None else "unpaired"
-    return CaseResult(case, status, tuple(outputs), tuple(notes), time.perf_counter() - started, 0.0,
-                      baseline=state, unpaired=unpaired[0] if unpaired else "", parted=blamed + bits)
+    outputs = _verdicts(case, ours, ((INVARIANTS, own), (PAIRED, parted), (CHECKSUM, sums)), tuple(notes))
+    # Where the dumps part: an invariant the device breaks and its partner keeps, a statistic parted beyond what
+    # its inputs explain, or bits that differ from the same bits in.
+    broken = [mine for name, found in own.items() for mine, other in zip(found, partner_own.get(name, []))
+              if mine.check.status is not Status.PASS and other.check.status is Status.PASS]
+    blamed = [*broken, *(f for found in parted.values() for f in found if f.check.status is not Status.PASS),
+              *(f for found in sums.values() for f in found if f.check.metric == "parted_bits")]
+    judged_partner = None
+    if partner is not None:  # its own verdict: the invariants it keeps or breaks
+        alone = _verdicts(partner.case, theirs, ((INVARIANTS, partner_own),), ())
+        judged_partner = CaseResult(partner.case, Status.worst(o.verdict.status for o in alone), alone, (), 0.0, 0.0)
+    state = "dump" if partner is not None else "unpaired" if unpaired is not None else "none"
+    return CaseResult(case, Status.worst(o.verdict.status for o in outputs), outputs, tuple(notes),
+                      time.perf_counter() - started, 0.0, baseline=state, partner=judged_partner,
+                      unpaired=unpaired[0] if unpaired else "", parted=tuple(f"{f.output}: {f.text}" for f in blamed))
 
 
-def _broken_here(op, own: dict[str, list[Finding]], partner: StatisticsPartner, theirs: CallSummaries,
-                 backward: bool) -> list[Finding]:
-    """The device's failing invariants that its partner meets: there the dumps part, whatever drifted upstream."""
-    try:
-        partner_own, _ = _invariants(op, partner.entries.call, theirs, backward)
-    except DescriptorError:
-        partner_own = {}
-    return [mine for name, found in own.items() for mine, other in zip(found, partner_own.get(name, []))
-            if mine.check.status is not Status.PASS and other.check.status is Status.PASS]
+def _verdicts(case: DumpCase, summaries: CallSummaries, parts, notes: tuple[str, ...]) -> tuple[OutputVerdict, ...]:
+    """One verdict per output that any part judged, naming the standards that judged it."""
+    verdicts = []
+    for out in summaries.outputs:
+        found = [f for _, part in parts for f in part.get(out.name, [])]
+        if found:
+            standard = "+".join(name for name, part in parts if part.get(out.name))
+            verdicts.append(OutputVerdict(out.name, verdict_of(found, standard, case.key, out.dtype_name, out.shape,
+                                                               notes)))
+    return tuple(verdicts)
 
 
 def _invariants(op, call, ours: CallSummaries, backward: bool) -> tuple[dict[str, list[Finding]], str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...precision.verdict import Check, Status
+from ...precision.verdict import Check, Judged, Status
 
 # The standards a statistics judgement names: what one dump can prove, what two dumps of the same step show,
 # and whether two tensors are the same bits.
@@ -33,7 +33,7 @@ def finding(output: str, metric: str, excess: float, allowance: float, text: str
 
 
 @dataclass(frozen=True)
-class StatisticsVerdict:
+class StatisticsVerdict(Judged):
     status: Status
     standard: str  # INVARIANTS, PAIRED or CHECKSUM, joined by "+" where several judged
     op: str
@@ -50,14 +50,6 @@ class StatisticsVerdict:
     @property
     def checks(self) -> tuple[Check, ...]:
         return tuple(f.check for f in self.findings)
-
-    @property
-    def passed(self) -> bool:
-        return self.status is not Status.ERROR
-
-    @property
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.status is not Status.PASS)
 
     def render(self) -> str:
         """'[float32, (2, 128, 256)]: error by the statistics-pair standard' and a line per failing check."""

@@ -149,7 +149,9 @@ def _dump_pair(records: list[dict]) -> str:
     return ('<section id="dump-pair"><h2>Where the two dumps first part</h2>'
             "<p>Each entry of both dumps is judged against the float64 golden of its own recorded inputs, so what "
             "diverged upstream cancels: the first API per step and rank whose own error is worse than its "
-            f"partner's is where to look.</p><p>{escape(pairing)}</p>{table}</section>")
+            "partner's is where to look. Entries of statistics dumps are judged by their statistics instead: the "
+            "first API whose outputs part from its partner's beyond what its inputs' parting explains, or that "
+            f"breaks an invariant its partner keeps.</p><p>{escape(pairing)}</p>{table}</section>")
 
 
 def _gating(records: list[dict], gating: Gating) -> str:
