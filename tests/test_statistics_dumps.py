@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,35 @@ def test_the_invariants_fail_each_planted_defect_they_can_show(call, defect):
 def test_a_call_with_no_invariant_says_why():
     with pytest.raises(NoInvariant, match="linear has no invariant"):
         _judged(F.linear, (_X, torch.randn(8, 64)))
+
+
+# ---------------------------------------------------------------- untrusted statistics
+
+
+def test_hostile_statistics_fail_or_skip_alone_and_every_other_case_is_judged(pytester, tmp_path):
+    """A statistics dump is untrusted: a statistic that is no number, a checksum that is no string and a shape
+    of 10^24 elements each end their own case (an input error, or a pair too large to replay), and the rest run."""
+    npu, gpu = tmp_path / "npu", tmp_path / "gpu"
+    edited = {}
+    for side in (npu, gpu):
+        shutil.copytree(EXAMPLE, side)
+        path = side / "step0" / "rank0" / "dump.json"
+        edited[side] = (path, json.loads(path.read_text()))
+        huge = edited[side][1]["data"]["Functional.linear.1.forward"]  # in both: the pair still pairs
+        huge["input_args"][0]["shape"], huge["output"][0]["shape"] = [10**12, 10**12], [10**12, 4]
+    data = edited[npu][1]["data"]
+    data["Functional.gelu.0.forward"]["output"][0]["Max"] = "large"
+    data["Functional.layer_norm.0.forward"]["output"][0]["md5"] = 5
+    for path, dump in edited.values():
+        path.write_text(json.dumps(dump))
+    result, records = run(pytester, npu, gpu)
+    by_id = {r["case_id"].split("::")[1]: r for r in records}
+    assert by_id["Functional.gelu.0.forward"]["status"] == "input-error"
+    assert "'large'" in by_id["Functional.gelu.0.forward"]["message"]
+    assert by_id["Functional.layer_norm.0.forward"]["status"] == "input-error"
+    assert "md5" in by_id["Functional.layer_norm.0.forward"]["message"]
+    large = by_id["Functional.linear.1.forward"]
+    assert large["status"] == "skip" and "past the budget" in large["message"]
+    others = [r for key, r in by_id.items() if key not in ("Functional.gelu.0.forward", "Functional.layer_norm.0.forward",
+                                                           "Functional.linear.1.forward")]
+    assert sum(r["status"] == "pass" for r in others) >= 8 and all(r["status"] in ("pass", "skip") for r in others)

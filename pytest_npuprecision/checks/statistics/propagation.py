@@ -35,6 +35,7 @@ from ...dump.arguments import materialize
 from ...dump.descriptors import DescriptorError, DumpDataError, TensorSpec
 from ...dump.dump_cases import DumpCase
 from ...precision.element_bound import error_bound, flat_term_norm
+from ...ops.allowlist import unsafe_argument
 from ...replay.memory_budget import case_bytes
 from ...replay.runner import GoldenNotWide, OpExecutionError, RunOutput, run_call
 from .summaries import STATISTICS, CallSummaries, Summary
@@ -55,10 +56,12 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
                      settings: Any, notes: list[str]) -> dict[str, list[Finding]]:
     """Per output name, one finding per statistic: how far it parts from the partner's over what may part it."""
     spreads = _input_spreads(ours, theirs)
-    if op.func is None:
-        raise NoPropagation(f"{op.api_name} cannot run here, so how its inputs' parting moves its outputs is unknown")
+    if op.func is None or op.unsupported:
+        raise NoPropagation(f"{op.api_name} cannot run here ({op.unsupported or 'no callable'}), so how its inputs' "
+                            f"parting moves its outputs is unknown")
     backward = case.direction == "backward"
-    need = case_bytes(partner.entries, direction=case.direction, baseline=False)
+    # The made-up inputs and one moved copy of them live at once, each with its float64 golden.
+    need = 2 * case_bytes(partner.entries, direction=case.direction, baseline=False)
     if settings.max_case_bytes is not None and need > settings.max_case_bytes:
         raise NoPropagation(f"its replay needs about {format_size(need)}, past the budget of "
                             f"{format_size(settings.max_case_bytes)} (--npu-precision-max-case-memory)")
@@ -66,6 +69,9 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
         inputs = materialize(partner.case, partner.data_dir, entries=partner.entries)
     except (DumpDataError, DescriptorError) as exc:
         raise NoPropagation(f"its partner's inputs cannot be made: {exc}") from None
+    unsafe = unsafe_argument(op.base_name, inputs.args, inputs.kwargs)
+    if unsafe is not None:  # what the allow-list refuses a replay, it refuses this one
+        raise NoPropagation(unsafe)
     base = _run(op, inputs, inputs.args, inputs.kwargs, inputs.grad_outputs, backward, settings, case.seed)
     generator = torch.Generator().manual_seed(case.seed & 0x7FFFFFFF)
     shifts = _input_shifts(ours, theirs)
