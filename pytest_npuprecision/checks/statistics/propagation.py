@@ -56,22 +56,8 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
                      settings: Any, notes: list[str]) -> dict[str, list[Finding]]:
     """Per output name, one finding per statistic: how far it parts from the partner's over what may part it."""
     spreads = _input_spreads(ours, theirs)
-    if op.func is None or op.unsupported:
-        raise NoPropagation(f"{op.api_name} cannot run here ({op.unsupported or 'no callable'}), so how its inputs' "
-                            f"parting moves its outputs is unknown")
     backward = case.direction == "backward"
-    # The made-up inputs and one moved copy of them live at once, each with its float64 golden.
-    need = 2 * case_bytes(partner.entries, direction=case.direction, baseline=False)
-    if settings.max_case_bytes is not None and need > settings.max_case_bytes:
-        raise NoPropagation(f"its replay needs about {format_size(need)}, past the budget of "
-                            f"{format_size(settings.max_case_bytes)} (--npu-precision-max-case-memory)")
-    try:
-        inputs = materialize(partner.case, partner.data_dir, entries=partner.entries)
-    except (DumpDataError, DescriptorError) as exc:
-        raise NoPropagation(f"its partner's inputs cannot be made: {exc}") from None
-    unsafe = unsafe_argument(op.base_name, inputs.args, inputs.kwargs)
-    if unsafe is not None:  # what the allow-list refuses a replay, it refuses this one
-        raise NoPropagation(unsafe)
+    inputs = _replay_inputs(case, partner, op, settings)
     base = _run(op, inputs, inputs.args, inputs.kwargs, inputs.grad_outputs, backward, settings, case.seed)
     generator = torch.Generator().manual_seed(case.seed & 0x7FFFFFFF)
     shifts = _input_shifts(ours, theirs)
@@ -101,6 +87,27 @@ def parting_findings(case: DumpCase, partner: Any, ours: CallSummaries, theirs: 
                                                           "autograd node, which may be a reshape inside it"
                                                           if backward else ""))
     return found
+
+
+def _replay_inputs(case: DumpCase, partner: Any, op: Any, settings: Any):
+    """Inputs made to the partner's statistics (its tensors where it saved them), refused as a replay refuses them:
+    an op that cannot run here, a call past the memory budget, an argument the allow-list refuses."""
+    if op.func is None or op.unsupported:
+        raise NoPropagation(f"{op.api_name} cannot run here ({op.unsupported or 'no callable'}), so how its inputs' "
+                            f"parting moves its outputs is unknown")
+    # The made-up inputs and one moved copy of them live at once, each with its float64 golden.
+    need = 2 * case_bytes(partner.entries, direction=case.direction, baseline=False)
+    if settings.max_case_bytes is not None and need > settings.max_case_bytes:
+        raise NoPropagation(f"its replay needs about {format_size(need)}, past the budget of "
+                            f"{format_size(settings.max_case_bytes)} (--npu-precision-max-case-memory)")
+    try:
+        inputs = materialize(partner.case, partner.data_dir, entries=partner.entries)
+    except (DumpDataError, DescriptorError) as exc:
+        raise NoPropagation(f"its partner's inputs cannot be made: {exc}") from None
+    unsafe = unsafe_argument(op.base_name, inputs.args, inputs.kwargs)
+    if unsafe is not None:
+        raise NoPropagation(unsafe)
+    return inputs
 
 
 def input_spread(mine: Summary, theirs: Summary) -> float:
