@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from capture_step import Block
+from capture_step import TinyTransformer
 from torch.overrides import TorchFunctionMode
 
 SEED = 2024
@@ -35,27 +34,10 @@ PLANTED_API = {"gelu_scale": "Functional.gelu", "linear_scale": "Functional.line
                "softmax_bf16_sum": "Torch.softmax"}
 
 
-class TinyLM(nn.Module):
-    """capture_step's pre-norm blocks, wider and over 128 tokens: attention rows of 128."""
-
-    def __init__(self, vocab: int = 64, d: int = 64, heads: int = 4, layers: int = 3):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, idx):
-        x = self.tok(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
-
-
 def build(dtype: torch.dtype):
     """(model, inputs, targets): the same in every process."""
     torch.manual_seed(SEED)
-    net = TinyLM().to(dtype)
+    net = TinyTransformer(d=64, layers=3).to(dtype)  # attention rows of 128 tokens
     idx = torch.randint(0, 64, (2, 129))
     return net, idx[:, :-1], idx[:, 1:]
 
