@@ -242,7 +242,10 @@ def _statistics_case(case: DumpCase, entries: CaseEntries, settings: Settings) -
             unpaired = ("arguments-differ", f"no baseline: not paired with {found.case.case_id} of the baseline dump "
                                             f"{where}, whose arguments differ: {differs}")
         else:
-            partner = StatisticsPartner(found.case, found.case.read(), found.dump.data_dir)
+            try:
+                partner = StatisticsPartner(found.case, found.case.read(), found.dump.data_dir)
+            except EntryUnreadable as exc:  # the baseline dump's fault: this entry is judged on its own
+                unpaired = ("partner-not-judged", f"no baseline: its partner {found.case.case_id} cannot be read: {exc}")
     return run_statistics_case(case, entries, settings, partner, unpaired)
 
 
