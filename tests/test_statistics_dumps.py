@@ -19,10 +19,10 @@ from torch.overrides import TorchFunctionMode
 from fixtures import fixture_dump
 from pytest_npuprecision import capture
 from pytest_npuprecision.capturing.describe import TensorSink, describe
-from pytest_npuprecision.checks.statistics.invariants import NoInvariant, check_invariants
+from pytest_npuprecision.checks.statistics.invariants import FAMILIES, NoInvariant, check_invariants
 from pytest_npuprecision.checks.statistics.summaries import call_summaries
 from pytest_npuprecision.dump.descriptors import CaseEntries
-from pytest_npuprecision.ops.catalogue import op_record
+from pytest_npuprecision.ops.catalogue import STATISTICS, op_record
 from pytest_npuprecision.ops.resolution import resolve
 from pytest_npuprecision.precision.verdict import Status
 
@@ -287,6 +287,10 @@ def test_the_invariants_fail_each_planted_defect_they_can_show(call, defect):
     func, args, kwargs, name = CALLS[call]
     found = _judged(func, args, kwargs, DEFECTS[defect], name=name)
     assert any(f.check.status is Status.ERROR for f in found), [f.text for f in found]
+
+
+def test_every_family_the_catalogue_names_has_its_invariants_and_no_other():
+    assert set(STATISTICS) == FAMILIES
 
 
 def test_a_call_with_no_invariant_says_why():

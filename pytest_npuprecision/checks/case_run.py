@@ -39,13 +39,13 @@ from .baseline_dump import BaselineDump
 from .collectives.fused import FUSED
 from .collectives.ranks import DumpIndex
 from .collectives.run import run_collective
-from .dump_pairing import argument_difference
+from .dump_pairing import Partner, argument_difference
 from .error_data import save_error_data
 from .judging import judge, parted_checks
 from .outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .recorded_baseline import RecordedBaseline, RecordedCase
 from .statistics.run import StatisticsPartner, run_statistics_case
-from .statistics.summaries import has_statistics, saved_outputs
+from .statistics.summaries import what_was_recorded
 
 
 class ReplayError(Exception):
@@ -215,10 +215,10 @@ def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Se
 def _by_statistics(case: DumpCase, entries: CaseEntries, settings: Settings) -> bool:
     """Offline, a case whose results the dump has no file of (a statistics dump), or whose partner in a
     statistics baseline dump has none, is judged by its statistics."""
-    backward = case.direction == "backward"
     try:
-        if not saved_outputs(entries, backward):
-            return has_statistics(entries, backward)
+        saved, summarized = what_was_recorded(entries, case.direction == "backward")
+        if not saved:
+            return summarized
     except DescriptorError:
         return False  # the replay's path reports the malformed entry
     baseline = settings.baseline
@@ -232,16 +232,8 @@ def _statistics_case(case: DumpCase, entries: CaseEntries, settings: Settings) -
     """The case judged by its statistics: its invariants, and beside a baseline dump its partner's."""
     partner, unpaired = None, None
     if isinstance(settings.baseline, BaselineDump):
-        pairing, where = settings.baseline.pairing, settings.baseline.path
-        found = pairing.partner(case)
-        if found is None:
-            kind = "absent" if pairing.holds_place_of(case) else "no-such-dump"
-            unpaired = (kind, f"no baseline: the baseline dump {where} holds no entry {case.key}" if kind == "absent"
-                        else f"no baseline: the baseline dump {where} holds no dump of this step and rank")
-        elif (differs := argument_difference(case, found.case)) is not None:
-            unpaired = ("arguments-differ", f"no baseline: not paired with {found.case.case_id} of the baseline dump "
-                                            f"{where}, whose arguments differ: {differs}")
-        else:
+        found, unpaired = _paired_entry(case, settings)
+        if found is not None:
             try:
                 partner = StatisticsPartner(found.case, found.case.read(), found.dump.data_dir)
             except EntryUnreadable as exc:  # the baseline dump's fault: this entry is judged on its own
@@ -320,9 +312,9 @@ def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCas
     return entry
 
 
-def _partner(case: DumpCase, settings: Settings) -> tuple[CaseResult | None, tuple[str, str] | None]:
-    """(the case's partner in the baseline dump, judged on its own against the golden of its own
-    recorded inputs, None), or (None, (why in one word, why in a note)) where it has none."""
+def _paired_entry(case: DumpCase, settings: Settings) -> tuple[Partner | None, tuple[str, str] | None]:
+    """(the case's entry in the baseline dump, None), or (None, (why in one word, why in a note)) where it has none:
+    no such entry, no dump of its step and rank, or arguments of other kinds, shapes or dtypes."""
     pairing = settings.baseline.pairing
     partner = pairing.partner(case)
     where = settings.baseline.path
@@ -334,13 +326,22 @@ def _partner(case: DumpCase, settings: Settings) -> tuple[CaseResult | None, tup
     if differs:
         return None, ("arguments-differ", f"no baseline: not paired with {partner.case.case_id} of the baseline dump "
                                           f"{where}, whose arguments differ: {differs}")
+    return partner, None
+
+
+def _partner(case: DumpCase, settings: Settings) -> tuple[CaseResult | None, tuple[str, str] | None]:
+    """(the case's partner in the baseline dump, judged on its own against the golden of its own
+    recorded inputs, None), or (None, (why in one word, why in a note)) where it has none."""
+    partner, unpaired = _paired_entry(case, settings)
+    if partner is None:
+        return None, unpaired
     own = dataclasses.replace(settings, device=DumpedOutputs(), baseline=None, error_data=None)
     try:
         return _run_case(partner.case, partner.dump.data_dir, own), None
     except (CaseSkipped, CaseInputError, EntryUnreadable) as exc:
         reason = f" [{exc.reason}]" if isinstance(exc, CaseSkipped) else ""
         return None, ("partner-not-judged", f"no baseline: its partner {partner.case.case_id} in the baseline dump "
-                                            f"{where} cannot be judged{reason}: {exc}")
+                                            f"{settings.baseline.path} cannot be judged{reason}: {exc}")
 
 
 def _judged_beside(out: RunOutput, case: DumpCase, rules: Rules, notes: tuple[str, ...], partner: CaseResult,

@@ -67,7 +67,7 @@ def recorded_results(case: Any, entries: CaseEntries, data_dir: Path) -> Recorde
 def forward_output_shapes(entries: CaseEntries) -> tuple[tuple[int, ...], ...] | None:
     """The shapes of a case's forward output tensors, from their descriptors (no file is read)."""
     try:
-        return tuple(spec.shape for _, spec in _forward_specs(entries))
+        return tuple(spec.shape for _, spec in output_specs(entries))
     except DescriptorError:
         return None
 
@@ -80,7 +80,7 @@ def forward_output_tensors(case: Any, entries: CaseEntries, data_dir: Path) -> t
 def _forward_dtypes(entries: CaseEntries) -> tuple[torch.dtype, ...]:
     """The dtypes of a backward case's forward outputs, from their descriptors (no file is read)."""
     try:
-        return tuple(spec.dtype for _, spec in _forward_specs(entries))
+        return tuple(spec.dtype for _, spec in output_specs(entries))
     except DescriptorError:
         return ()
 
@@ -90,14 +90,15 @@ def _forward_outputs(case: Any, entries: CaseEntries, data_dir: Path) -> tuple[t
     effort: a forward file that cannot be read is its own forward case's input error."""
     try:
         return tuple((name, _as_tensor(load_tensor(data_dir, spec, case.forward_key)))
-                     for name, spec in _forward_specs(entries) if spec.data_name is not None)
+                     for name, spec in output_specs(entries) if spec.data_name is not None)
     except (DescriptorError, DumpDataError):  # its forward case reports the same files
         return ()
 
 
-def _forward_specs(entries: CaseEntries) -> list[tuple[str, TensorSpec]]:
-    """The forward's output descriptors by name ("output.0"), none read from a file (raises DescriptorError)."""
-    decoded = decode_value(entries.output(), "output")
+def output_specs(entries: CaseEntries, backward: bool = False) -> list[tuple[str, TensorSpec]]:
+    """The forward's output descriptors (a backward entry's: its input gradients) by name ("output.0",
+    "output.1.0"), none read from a file (raises DescriptorError)."""
+    decoded = decode_value(entries.output(backward=backward), "output")
     return _named(decoded if isinstance(decoded, list) else [decoded], "output")
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from ...common.dtypes import float_format
-from ...dump.descriptors import CaseEntries, TensorSpec, decode_value, iter_specs
+from ...dump.descriptors import CaseEntries, TensorSpec
+from ...dump.recorded import output_specs
 
 STATISTICS = ("Max", "Min", "Mean", "Norm")
 _FLOAT32_U = 2.0**-24
@@ -108,44 +109,19 @@ class CallSummaries:
     def output(self, name: str) -> Summary | None:
         return next((s for s in self.outputs if s.name == name), None)
 
-    @property
-    def float_inputs(self) -> tuple[Summary, ...]:
-        return tuple(s for s in self.inputs if s.floating)
-
 
 def call_summaries(entries: CaseEntries, backward: bool) -> CallSummaries:
     """The case's summaries, decoded from its entries (raises DescriptorError for a malformed one)."""
     inputs = [Summary.of(spec, spec.where) for spec in entries.call.specs()]
     if backward:
         inputs += [Summary.of(spec, f"grad_outputs.{i}") for i, spec in enumerate(entries.grads) if spec is not None]
-    decoded = decode_value(entries.output(backward=backward), "output")
-    outputs = [Summary.of(spec, name) for name, spec in named_outputs(decoded)]
+    outputs = [Summary.of(spec, name) for name, spec in output_specs(entries, backward)]
     return CallSummaries(tuple(inputs), tuple(outputs))
 
 
-def named_outputs(decoded) -> list[tuple[str, TensorSpec]]:
-    """Each output tensor by its place, ``output.0``, ``output.1.0``, as the harness names recorded results."""
-    found = []
-
-    def walk(value, name):
-        if isinstance(value, TensorSpec):
-            found.append((name, value))
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(item, f"{name}.{i}")
-
-    for i, value in enumerate(decoded if isinstance(decoded, list) else [decoded]):
-        walk(value, f"output.{i}")
-    return found
-
-
-def saved_outputs(entries: CaseEntries, backward: bool) -> bool:
-    """Whether the dump saved a file of any output this case compares (a tensor dump); raise DescriptorError."""
-    decoded = decode_value(entries.output(backward=backward), "output")
-    return any(spec.data_name is not None for spec in iter_specs(decoded))
-
-
-def has_statistics(entries: CaseEntries, backward: bool) -> bool:
-    """Whether the outputs this case compares have statistics to judge (msprobe's xor summary and fp8 have none)."""
-    decoded = decode_value(entries.output(backward=backward), "output")
-    return any(spec.max is not None or spec.checksum is not None for spec in iter_specs(decoded))
+def what_was_recorded(entries: CaseEntries, backward: bool) -> tuple[bool, bool]:
+    """(whether the dump saved a file of any output this case compares, whether they have statistics or checksums
+    to judge: msprobe's xor summary and fp8 tensors have neither). Raises DescriptorError."""
+    specs = [spec for _, spec in output_specs(entries, backward)]
+    return (any(spec.data_name is not None for spec in specs),
+            any(spec.max is not None or spec.checksum is not None for spec in specs))
