@@ -11,6 +11,7 @@ stand-in torch_npu that has the ops but no kernels.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from pytest_npuprecision import Status, check_call
-from pytest_npuprecision.ops.fused import FUSED_OPS, MINDSPEED_OPS
+from pytest_npuprecision.ops.fused import FUSED_OPS, MINDSPEED_OPS, UnjudgedFusedCall
 from pytest_npuprecision.ops.resolution import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,7 +209,7 @@ def test_mindspeed_and_fused_optimizer_names_resolve():
 
 
 def test_hooked_ops_without_a_reference_or_needing_a_process_group_skip_with_a_reason():
-    assert resolve("NPU.npu_dynamic_mx_quant").unsupported_reason == "no-reference"
+    assert resolve("NPU.npu_kronecker_quant").unsupported_reason == "no-reference"
     assert resolve("NPU.npu_mm_reduce_scatter_base").unsupported_reason == "needs-process-group"
     assert resolve("NPU._npu_fused_infer_attention_score_get_max_workspace").unsupported_reason == "not-a-computation"
 
@@ -223,7 +224,7 @@ def _fair_gmm(x, weight, *, bias=None, group_list=None, group_type=0):
     return torch.cat(outs).to(x.dtype)
 
 
-def _dynamic_mx_quant_stand_in(x, *, axis=-1, round_mode="rint", dst_type=None, blocksize=32):
+def _kronecker_quant_stand_in(x, kronecker_p1=None, kronecker_p2=None, clip_ratio=None, dst_dtype=None):
     """An op msprobe hooks that has no reference here: returns something of the right kind."""
     return (x.float() * 8).round().to(torch.int8), torch.ones(1)
 
@@ -260,7 +261,7 @@ class W8A8MoE(torch.nn.Module):
         q = routed.reshape(1, x.shape[0], 16)
         attended = npu.npu_fusion_attention(q, q, q, 2, "BSH", scale=0.25)[0].reshape(x.shape[0], 16)
         mixed = getattr(self.mindspeed, "gmm.npu_gmm")(attended, self.gmm_weight, group_list=[8, 16])
-        npu.npu_dynamic_mx_quant(mixed)
+        npu.npu_kronecker_quant(mixed)
         return mixed.float().sum() + head.float().sum()
 
 
@@ -272,7 +273,7 @@ def _fair_npu() -> types.SimpleNamespace:
     npu = types.SimpleNamespace(**{n: fair(n) for n in ("npu_moe_token_permute", "npu_moe_token_unpermute",
                                                         "npu_grouped_matmul", "npu_quant_matmul",
                                                         "npu_fusion_attention")})
-    npu.npu_dynamic_mx_quant = _dynamic_mx_quant_stand_in
+    npu.npu_kronecker_quant = _kronecker_quant_stand_in
     return npu
 
 
@@ -314,7 +315,7 @@ def test_the_moe_step_gives_no_input_error_offline_and_judges_every_referenced_o
     assert FORWARDS <= set(records)
     assert {k: r["status"] for k, r in records.items() if k in FORWARDS} == dict.fromkeys(FORWARDS, "pass"), \
         {k: r["message"] for k, r in records.items() if k in FORWARDS}
-    mx = records["NPU.npu_dynamic_mx_quant.0.forward"]
+    mx = records["NPU.npu_kronecker_quant.0.forward"]
     assert (mx["status"], mx["reason"]) == ("skip", "no-reference") and "register_op" in mx["message"]
 
 
@@ -331,7 +332,7 @@ def test_the_moe_step_gives_no_input_error_live_with_a_stand_in_torch_npu(pytest
     records = _records(report)
     assert {k: r["message"] for k, r in records.items() if r["status"] in ("input-error", "harness-error")} == {}, \
         done.stdout[-3000:]
-    assert records["NPU.npu_dynamic_mx_quant.0.forward"]["reason"] == "no-reference"
+    assert records["NPU.npu_kronecker_quant.0.forward"]["reason"] == "no-reference"
     assert records["NPU.npu_quant_matmul.0.forward"]["reason"] == "replay-error"  # the stand-in's kernel raised
     assert done.returncode == 5, done.stdout[-3000:]  # nothing judged, nothing failed: every case skipped
 
@@ -700,3 +701,220 @@ def test_transpose_batchmatmul_follows_the_documented_shapes_and_defects_fail():
     }
     for label, defect in defects.items():
         assert check_call(defect, x1, x2, reference=tbmm, **call).status is Status.ERROR, label
+
+
+# ---------------------------------------------------------------- multimodal rotary embedding
+
+
+def _mrope_inputs(tokens=6, q_heads=4, k_heads=2, head=64, rotary=32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    positions = torch.randint(0, 16, (3, tokens), generator=generator)
+    query = torch.randn(tokens, q_heads * head, generator=generator)
+    key = torch.randn(tokens, k_heads * head, generator=generator)
+    angle = torch.rand(16, rotary // 2, generator=generator) * 6
+    return positions, query, key, torch.cat([angle.cos(), angle.sin()], -1), angle
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_mrope_rotates_each_sections_pairs_by_its_own_positions_angle(mode):
+    mrope = FUSED_OPS["npu_mrope"].reference
+    positions, query, key, cache, angle = _mrope_inputs()
+    out, _ = mrope(positions, query, key, cache, 64, mrope_section=[4, 6, 6], rotary_mode=mode)
+    # independently: pair i of a head is a complex number turned by the angle of section(i)'s position
+    turn = torch.cat([angle[positions[0], :4], angle[positions[1], 4:10], angle[positions[2], 10:]], -1)
+    heads = query.reshape(6, 4, 64)
+    rotated = heads[..., :32]
+    pairs = (rotated[..., :16], rotated[..., 16:]) if mode == "half" else (rotated[..., 0::2], rotated[..., 1::2])
+    z = torch.complex(*pairs) * torch.polar(torch.ones_like(turn), turn)[:, None]
+    turned = torch.cat([z.real, z.imag], -1) if mode == "half" else torch.stack([z.real, z.imag], -1).flatten(-2)
+    torch.testing.assert_close(out, torch.cat([turned, heads[..., 32:]], -1).reshape(6, -1))
+    # rope mode (1-D positions) is mrope with every section on the same row
+    one_row, _ = mrope(positions[0], query, key, cache, 64, rotary_mode=mode)
+    same, _ = mrope(positions[0].expand(3, -1), query, key, cache, 64, mrope_section=[4, 6, 6], rotary_mode=mode)
+    torch.testing.assert_close(one_row, same)
+
+
+def test_a_fair_mrope_passes_and_defects_fail():
+    mrope = FUSED_OPS["npu_mrope"].reference
+    positions, query, key, cache, _ = _mrope_inputs(tokens=32, seed=1)
+    args = (positions, query.bfloat16(), key.bfloat16(), cache.bfloat16(), 64)
+    section = {"mrope_section": [4, 6, 6]}
+    assert check_call(mrope, *args, reference=mrope, **section).status is Status.PASS
+    defects = {
+        "sections swapped": lambda *a, **k: mrope(*a, mrope_section=[6, 6, 4]),
+        "interleaved instead of halves": lambda *a, **k: mrope(*a, rotary_mode="interleave", **k),
+        "temporal row only": lambda p, *a, **k: mrope(p[0], *a),
+        "1 % scale": lambda *a, **k: tuple((o.float() * 1.01).bfloat16() for o in mrope(*a, **k)),
+    }
+    for label, defect in defects.items():
+        assert check_call(defect, *args, reference=mrope, **section).status is Status.ERROR, label
+
+
+# ---------------------------------------------------------------- rms norm backward
+
+
+def test_rms_norm_backward_is_autograd_of_the_forward_given_its_rstd():
+    backward = FUSED_OPS["npu_rms_norm_backward"].reference
+    generator = torch.Generator().manual_seed(2)
+    x, gamma, dy = (torch.randn(*s, generator=generator, dtype=torch.float64) for s in ((3, 5, 32), (32,), (3, 5, 32)))
+    leaf, weight = x.clone().requires_grad_(), gamma.clone().requires_grad_()
+    rstd = torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6)
+    (leaf * torch.rsqrt(leaf.square().mean(-1, keepdim=True) + 1e-6) * weight).backward(dy)
+    dx, dgamma = backward(dy, x, gamma, rstd)
+    torch.testing.assert_close(dx, leaf.grad)
+    torch.testing.assert_close(dgamma, weight.grad)  # summed to gamma's shape (msprobe's is left unsummed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_fair_rms_norm_backward_passes_and_defects_fail(dtype):
+    backward, forward = FUSED_OPS["npu_rms_norm_backward"].reference, FUSED_OPS["npu_rms_norm"].reference
+    generator = torch.Generator().manual_seed(3)
+    x, gamma, dy = (torch.randn(*s, generator=generator).to(dtype) for s in ((8, 16, 256), (256,), (8, 16, 256)))
+    args = (dy, x, gamma, forward(x, gamma)[1])
+    assert check_call(backward, *args, reference=backward).status is Status.PASS
+    defects = {
+        "1 % dx": lambda *a: ((backward(*a)[0].float() * 1.01).to(dtype), backward(*a)[1]),
+        "dgamma missing a row": lambda dy, x, g, r: (backward(dy, x, g, r)[0],
+                                                      backward(dy.index_fill(0, torch.tensor([7]), 0), x, g, r)[1]),
+        "mean term dropped": lambda dy, x, g, r: (((dy.float() * g.float()) * r).to(dtype), backward(dy, x, g, r)[1]),
+    }
+    for label, defect in defects.items():
+        assert check_call(defect, *args, reference=backward).status is Status.ERROR, label
+
+
+# ---------------------------------------------------------------- gated activations, group norm swish, losses
+
+
+def _fair_and_defects(reference, args, kwargs, defects):
+    assert check_call(reference, *args, reference=reference, **kwargs).status is Status.PASS
+    for label, defect in defects.items():
+        assert check_call(defect, *args, reference=reference, **kwargs).status is Status.ERROR, label
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_gelu_mul_and_clipped_swiglu_follow_their_formulas_and_defects_fail(dtype):
+    gelu_mul, clipped = FUSED_OPS["npu_gelu_mul"].reference, FUSED_OPS["npu_clipped_swiglu"].reference
+    x = torch.randn(16, 256, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 4
+    erf_gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
+    torch.testing.assert_close(gelu_mul(x), erf_gelu(x[:, :128]) * x[:, 128:])
+    a, b = x[:, 0::2].clamp(max=7.0), x[:, 1::2].clamp(-7.0, 7.0)
+    torch.testing.assert_close(clipped(x), a / (1 + torch.exp(-1.702 * a)) * (b + 1.0))
+    half = x.to(dtype)
+    _fair_and_defects(gelu_mul, (half,), {"approximate": "tanh"}, {
+        "halves swapped": lambda v, approximate: gelu_mul(v.roll(128, -1), approximate=approximate),
+        "erf for tanh": lambda v, approximate: gelu_mul(v * 1.0, approximate="none") if dtype != torch.float32
+        else gelu_mul(v, approximate="none"),
+    })
+    _fair_and_defects(clipped, (half,), {"interleaved": True}, {
+        "halves for pairs": lambda v, interleaved: clipped(v, interleaved=False),
+        "no clamp": lambda v, interleaved: clipped(v, interleaved=interleaved, limit=1e9),
+        "1 % scale": lambda v, interleaved: (clipped(v, interleaved=interleaved).float() * 1.01).to(dtype),
+    })
+
+
+def test_group_norm_swish_is_group_norm_then_a_scaled_swish():
+    swish = FUSED_OPS["npu_group_norm_swish"].reference
+    generator = torch.Generator().manual_seed(5)
+    x, w, b = (torch.randn(*s, generator=generator, dtype=torch.float64) for s in ((3, 8, 5, 5), (8,), (8,)))
+    out, mean, rstd = swish(x, 4, w, b, eps=1e-5, swish_scale=1.5)
+    y = torch.nn.functional.group_norm(x, 4, w, b, 1e-5)
+    torch.testing.assert_close(out, y * torch.sigmoid(1.5 * y))
+    torch.testing.assert_close(mean, x.reshape(3, 4, -1).mean(-1))
+    half = tuple(t.bfloat16() for t in (x, w, b))
+    _fair_and_defects(swish, (half[0], 4, *half[1:]), {"swish_scale": 1.5}, {
+        "scale ignored": lambda *a, swish_scale: swish(*a),
+        "normalised over groups of 2": lambda x, g, w, b, swish_scale: (swish(x, 2, w, b, swish_scale=swish_scale)[0],
+                                                                        *swish(x, g, w, b, swish_scale=swish_scale)[1:]),
+    })
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_loss_is_log_softmax_then_nll_and_defects_fail(reduction):
+    loss = FUSED_OPS["npu_cross_entropy_loss"].reference
+    generator = torch.Generator().manual_seed(6)
+    logits = torch.randn(64, 512, generator=generator, dtype=torch.float64) * 3
+    target = torch.randint(0, 512, (64,), generator=generator)
+    target[5] = -100  # ignored
+    weight = torch.rand(512, generator=generator, dtype=torch.float64) + 0.5
+    value, log_prob, zloss, lse = loss(logits, target, weight, reduction)
+    expected = torch.nn.functional.cross_entropy(logits, target, weight, reduction=reduction)
+    torch.testing.assert_close(value, expected.reshape(-1) if reduction != "none" else expected)
+    torch.testing.assert_close(log_prob, torch.log_softmax(logits, -1))
+    assert zloss.numel() == lse.numel() == 0
+    smoothed = loss(logits, target, None, reduction, -100, 0.1)[0]
+    torch.testing.assert_close(smoothed.reshape(-1), torch.nn.functional.cross_entropy(
+        logits, target, reduction=reduction, label_smoothing=0.1).reshape(-1))
+    half = logits.bfloat16()
+    _fair_and_defects(loss, (half, target, None, reduction), {}, {
+        "1 % loss": lambda *a: ((loss(*a)[0].float() * 1.01).bfloat16(), *loss(*a)[1:]),
+        "ignore_index not ignored": lambda x, t, w, r: loss(x, t.clamp(min=0), w, r),
+    })
+
+
+def test_softmax_cross_entropy_with_logits_sums_each_rows_labels_times_log_probabilities():
+    sce = FUSED_OPS["npu_softmax_cross_entropy_with_logits"].reference
+    generator = torch.Generator().manual_seed(7)
+    features = torch.randn(8, 32, generator=generator, dtype=torch.float64) * 3
+    labels = torch.softmax(torch.randn(8, 32, generator=generator, dtype=torch.float64), -1)
+    for row in range(8):
+        exact = -sum(labels[row, c] * (features[row, c] - torch.logsumexp(features[row], 0)) for c in range(32))
+        torch.testing.assert_close(sce(features, labels)[row], exact)
+    _fair_and_defects(sce, (features.float(), labels.float()), {}, {
+        "labels of the next row": lambda f, lab: sce(f, lab.roll(1, 0)),
+    })
+
+
+# ---------------------------------------------------------------- MLA's latent cache write
+
+
+def _latent_cache_inputs(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    kv = torch.randn(2, 1, 3, 512 + 64, generator=generator, dtype=torch.float64)
+    gamma = torch.randn(512, generator=generator, dtype=torch.float64)
+    angle = torch.rand(2, 1, 3, 32, generator=generator, dtype=torch.float64) * 6
+    caches = (torch.randn(2, 1, 8, 64, generator=generator, dtype=torch.float64),
+              torch.randn(2, 1, 8, 512, generator=generator, dtype=torch.float64))
+    return kv, gamma, angle, caches
+
+
+def test_kv_rmsnorm_rope_cache_norms_rotates_and_writes_each_token_at_its_index():
+    op = FUSED_OPS["npu_kv_rmsnorm_rope_cache"].reference
+    kv, gamma, angle, (k_cache, ckv_cache) = _latent_cache_inputs()
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    index = torch.tensor([[0, 5, -1], [7, 2, 3]])  # -1: not written
+    new_k, new_ckv, k_rope, c_kv = op(kv, gamma, cos, sin, index, k_cache, ckv_cache, is_output_kv=True)
+    latent = kv[..., :512]
+    expected_c = latent / torch.sqrt(latent.square().mean(-1, keepdim=True) + 1e-5) * gamma
+    rope = kv[..., 512:]
+    even, odd = rope[..., 0::2], rope[..., 1::2]  # de-interleaved, then each pair turned by its angle
+    expected_rope = torch.cat([even * angle.cos() - odd * angle.sin(), odd * angle.cos() + even * angle.sin()], -1)
+    torch.testing.assert_close(c_kv, expected_c)
+    torch.testing.assert_close(k_rope, expected_rope)
+    written = {(b, int(index[b, s])): s for b in range(2) for s in range(3) if index[b, s] >= 0}
+    for b in range(2):
+        for row in range(8):
+            s = written.get((b, row))
+            torch.testing.assert_close(new_k[b, 0, row], k_cache[b, 0, row] if s is None else expected_rope[b, 0, s])
+            torch.testing.assert_close(new_ckv[b, 0, row], ckv_cache[b, 0, row] if s is None else expected_c[b, 0, s])
+    assert not torch.equal(k_cache, new_k)  # copies: the caches given are left as they were
+
+
+def test_a_fair_kv_rmsnorm_rope_cache_passes_and_defects_fail():
+    op = FUSED_OPS["npu_kv_rmsnorm_rope_cache"].reference
+    kv, gamma, angle, caches = _latent_cache_inputs(seed=1)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    args = (*(t.bfloat16() for t in (kv, gamma, cos, sin)), torch.tensor([[0, 5, -1], [7, 2, 3]]),
+            *(c.bfloat16() for c in caches))
+    _fair_and_defects(op, args, {"is_output_kv": True}, {
+        "indices of the wrong tokens": lambda kv, g, c, s, i, *caches, **k: op(kv, g, c, s, i.flip(-1), *caches, **k),
+        "not normalised (eps 1)": lambda *a, **k: op(*a, epsilon=1.0, **k),
+        "not de-interleaved": lambda kv, g, c, s, i, *caches, **k: op(
+            torch.cat([kv[..., :512], kv[..., 512:].reshape(*kv.shape[:-1], 2, 32).transpose(-1, -2).reshape(
+                *kv.shape[:-1], 64)], -1), g, c, s, i, *caches, **k),
+    })
+    pages = tuple(torch.randn(4, 4, 1, d, generator=torch.Generator().manual_seed(2)).bfloat16() for d in (64, 512))
+    slots = torch.tensor([3, 9, -1, 12, 0, 15])  # block 0 slot 3, block 2 slot 1, ...
+    paged = (*args[:4], slots, *pages)
+    assert check_call(op, *paged, cache_mode="PA_BNSD", is_output_kv=True, reference=op).status is Status.PASS
+    with pytest.raises(UnjudgedFusedCall, match="PA_NZ"):
+        op(*paged, cache_mode="PA_NZ")

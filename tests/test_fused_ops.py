@@ -42,8 +42,9 @@ def check_both_ways(actual, expected, inputs, what):
 def test_registry_lists_each_op_once_with_its_signature():
     assert len(FUSED_OPS) >= 20
     for name, op in FUSED_OPS.items():
-        assert isinstance(op, FusedOp) and op.name == name and name.startswith("npu_")
-        assert op.signature.startswith(name + "(") and op.outputs
+        assert isinstance(op, FusedOp) and op.name == name and name.isidentifier()
+        # torch_npu's own name, or its in-place spelling (one_), which resolves to the same reference
+        assert op.signature.split("(", 1)[0] in (name, name + "_") and op.outputs
         assert op.signature.split("(", 1)[0] in op.reference.__doc__
     assert fused_op("npu_not_an_op") is None
 
@@ -262,6 +263,9 @@ def test_moe_gating_top_k_softmax_per_row():
     assert expert_idx.dtype == row_idx.dtype == torch.int32
 
 
+MOE_EXPERTS = torch.tensor([[0, 2], [1, 0], [2, 1], [1, 2]], dtype=torch.int32)  # 4 tokens' 2 of 3 experts
+
+
 def half_calls(dtype):
     """(name, call) for each op on a small input of ``dtype``; the call returns its outputs."""
     g = torch.Generator().manual_seed(0)
@@ -293,6 +297,19 @@ def half_calls(dtype):
         "npu_moe_token_permute": lambda: ref("npu_moe_token_permute")(t(4, 8), torch.tensor([[0, 1], [1, 2], [0, 2], [2, 1]])),
         "npu_moe_token_unpermute": lambda: ref("npu_moe_token_unpermute")(
             t(8, 8), torch.arange(8, dtype=torch.int32).flip(0), t(4, 2).abs()),
+        "npu_moe_gating_top_k": lambda: ref("npu_moe_gating_top_k")(t(4, 8), 2, t(8), k_group=2, group_count=2,
+                                                                 norm_type=1, out_flag=True),
+        "npu_moe_init_routing": lambda: ref("npu_moe_init_routing")(
+            t(4, 8), torch.arange(8, dtype=torch.int32).reshape(2, 4).t(), MOE_EXPERTS, 4),
+        "npu_moe_init_routing_v2": lambda: ref("npu_moe_init_routing_v2")(
+            t(4, 8), MOE_EXPERTS, scale=t(4).float(), expert_num=3, expert_tokens_num_type=1, expert_tokens_num_flag=True),
+        "npu_moe_finalize_routing": lambda: ref("npu_moe_finalize_routing")(
+            t(8, 8), t(4, 8), t(4, 8), t(3, 8), t(4, 2).abs(), torch.arange(8, dtype=torch.int32).flip(0), MOE_EXPERTS),
+        "npu_moe_compute_expert_tokens": lambda: ref("npu_moe_compute_expert_tokens")(
+            torch.tensor([0, 0, 1, 2, 2, 2, 3, 3], dtype=torch.int32), 4),
+        "npu_moe_token_permute_with_routing_map": lambda: ref("npu_moe_token_permute_with_routing_map")(
+            t(4, 8), torch.tensor([[1, 1, 0], [0, 1, 1], [1, 0, 1], [0, 1, 1]], dtype=torch.int8), probs=t(4, 3),
+            num_out_tokens=8),
         "npu_dynamic_quant": lambda: ref("npu_dynamic_quant")(x4),
         "npu_apply_adam_w": lambda: ref("npu_apply_adam_w")(0.9, 0.99, 1e-3, 0.01, 0.9, 0.999, 1e-8, t(8), None,
                                                            False, False, out=(t(8), t(8), t(8).abs())),
@@ -301,6 +318,35 @@ def half_calls(dtype):
         "npu_transpose": lambda: ref("npu_transpose")(x4, (3, 0, 2, 1)),
         "npu_slice": lambda: ref("npu_slice")(x4, [0, 1, 1, 2], [2, 2, 3, 4]),
         "npu_broadcast": lambda: ref("npu_broadcast")(t(1, 8), (3, 8)),
+        "npu_mrope": lambda: ref("npu_mrope")(torch.tensor([[0, 1, 2], [1, 1, 0], [2, 0, 1]]), t(3, 16), t(3, 8),
+                                             t(4, 4), 8, mrope_section=[1, 0, 1]),
+        "npu_rms_norm_backward": lambda: ref("npu_rms_norm_backward")(x4, x4, gamma, t(2, 3, 4, 1).abs()),
+        "fast_gelu": lambda: ref("fast_gelu")(x4),
+        "npu_dtype_cast": lambda: ref("npu_dtype_cast")(x4, x4.dtype),
+        "npu_one_hot": lambda: ref("npu_one_hot")(torch.tensor([5, 3, 2, 1]), depth=5),
+        "npu_pad": lambda: ref("npu_pad")(x4, [0, 0, 1, 1, 0, 0, 2, 1]),
+        "npu_reshape": lambda: ref("npu_reshape")(x4, (6, 32)),
+        "npu_max": lambda: ref("npu_max")(x4, 2),
+        "npu_min": lambda: ref("npu_min")(x4, -1, True),
+        "npu_indexing": lambda: ref("npu_indexing")(x4, [0, 1, 0, 2], [2, 3, 4, 8], [1, 1, 2, 3]),
+        "npu_masked_fill_range": lambda: ref("npu_masked_fill_range")(
+            t(4, 8), torch.tensor([[0, 1, 2]], dtype=torch.int32), torch.tensor([[1, 3, 8]], dtype=torch.int32), t(1)),
+        "scatter_update": lambda: ref("scatter_update")(x4, torch.tensor([2, 0]), t(2, 3, 2, 8), -2),
+        "npu_sign_bits_pack": lambda: ref("npu_sign_bits_pack")(t(14), 2),
+        "npu_sign_bits_unpack": lambda: ref("npu_sign_bits_unpack")(torch.tensor([159, 15], dtype=torch.uint8), 2,
+                                                                   torch.float32),
+        "one": lambda: ref("one")(x4),
+        "npu_gelu_mul": lambda: ref("npu_gelu_mul")(x4, approximate="tanh"),
+        "npu_sparse_flash_attention": lambda: ref("npu_sparse_flash_attention")(
+            t(2, 3, 2, 8), t(2, 5, 1, 8), t(2, 5, 1, 8), torch.tensor([0, 4, 2, -1]).repeat(2, 3, 1, 1), 0.3, 1),
+        "npu_kv_rmsnorm_rope_cache": lambda: ref("npu_kv_rmsnorm_rope_cache")(
+            t(2, 1, 3, 16), t(8), t(2, 1, 3, 8), t(2, 1, 3, 8), torch.tensor([[0, 2, -1], [1, 3, 0]]), t(2, 1, 4, 8),
+            t(2, 1, 4, 8), is_output_kv=True),
+        "npu_clipped_swiglu": lambda: ref("npu_clipped_swiglu")(x4 * 4),
+        "npu_group_norm_swish": lambda: ref("npu_group_norm_swish")(x4, 3, t(3), t(3), swish_scale=1.5),
+        "npu_cross_entropy_loss": lambda: ref("npu_cross_entropy_loss")(t(4, 8), torch.tensor([0, 7, 3, 3])),
+        "npu_softmax_cross_entropy_with_logits": lambda: ref("npu_softmax_cross_entropy_with_logits")(
+            t(4, 8), torch.softmax(t(4, 8).float(), -1).to(dtype)),
         "npu_quant_matmul": lambda: ref("npu_quant_matmul")(
             torch.arange(40, dtype=torch.int8).reshape(5, 8) - 20, torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12,
             torch.full((3,), 0.01), output_dtype=t(1).dtype),
@@ -312,12 +358,39 @@ def half_calls(dtype):
         "npu_quantize": lambda: ref("npu_quantize")(x4 * 20, t(8).abs() + 0.5, None, torch.qint8, -1, False),
         "npu_weight_quant_batchmatmul": lambda: ref("npu_weight_quant_batchmatmul")(
             t(5, 8), torch.arange(24, dtype=torch.int8).reshape(8, 3) - 12, t(1, 3).abs() * 0.01, t(1, 3)),
+        "npu_prompt_flash_attention": lambda: ref("npu_prompt_flash_attention")(
+            x4, x4, x4, num_heads=4, scale_value=0.35, input_layout="BSND"),
+        "npu_incre_flash_attention": lambda: ref("npu_incre_flash_attention")(
+            x4[:, :1], x4, x4, num_heads=4, scale_value=0.35, input_layout="BSND"),
+        "npu_fused_infer_attention_score": lambda: ref("npu_fused_infer_attention_score")(
+            x4, x4[:, :, :2], x4[:, :, :2], num_heads=4, num_key_value_heads=2, input_layout="BSND",
+            softmax_lse_flag=True),
+        "npu_fused_infer_attention_score_v2": lambda: ref("npu_fused_infer_attention_score_v2")(
+            x4[:, :1], x4, x4, num_query_heads=4, input_layout="BSND", return_softmax_lse=True),
+        "npu_dynamic_mx_quant": lambda: ref("npu_dynamic_mx_quant")(t(2, 72), dst_type=torch.float8_e4m3fn),
+        "npu_grouped_dynamic_mx_quant": lambda: ref("npu_grouped_dynamic_mx_quant")(
+            t(40, 8), torch.tensor([16, 40], dtype=torch.int32), dst_type=torch.float8_e5m2),
+        "npu_dynamic_block_quant": lambda: ref("npu_dynamic_block_quant")(t(3, 160)),
+        "npu_convert_weight_to_int4pack": lambda: ref("npu_convert_weight_to_int4pack")(
+            torch.arange(-8, 8, dtype=torch.int32).repeat(2, 1)),
     }
 
 
-FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,), "npu_dynamic_quant": (1,)}
-INT8_OUTPUTS = {"npu_dynamic_quant": (0,), "npu_quantize": (0,)}
-INT32_OUTPUTS = {"npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,)}
+FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,), "npu_dynamic_quant": (1,),
+                      "npu_fused_infer_attention_score": (1,), "npu_fused_infer_attention_score_v2": (1,),
+                      "npu_dynamic_block_quant": (1,),
+                      "npu_rms_norm_backward": (1,), "npu_one_hot": (0,), "npu_sign_bits_unpack": (0,)}
+UINT8_OUTPUTS = {"npu_sign_bits_pack": (0,)}
+INT64_OUTPUTS = {"npu_moe_init_routing_v2": (2,)}
+MOE_FLOAT32 = {"npu_moe_gating_top_k": (2,), "npu_moe_init_routing_v2": (3,)}  # norm_out, expanded_scale
+INT8_OUTPUTS = {"npu_dynamic_quant": (0,), "npu_quantize": (0,), "npu_dynamic_block_quant": (0,)}
+# mx quantizers: float8 elements and their e8m0 scale bits as uint8
+MX_OUTPUTS = {"npu_dynamic_mx_quant": (torch.float8_e4m3fn, torch.uint8),
+              "npu_grouped_dynamic_mx_quant": (torch.float8_e5m2, torch.uint8)}
+INT32_OUTPUTS = {"npu_moe_gating_top_k": (1,), "npu_moe_init_routing": (1, 2), "npu_moe_init_routing_v2": (1,),
+                 "npu_moe_compute_expert_tokens": (0,), "npu_moe_token_permute_with_routing_map": (2,),
+                 "npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,), "npu_max": (1,),
+                 "npu_min": (1,), "npu_convert_weight_to_int4pack": (0,)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -328,9 +401,12 @@ def test_half_inputs_return_the_documented_dtypes(dtype):
         outputs = call()
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         for i, out in enumerate(outputs):
-            want = torch.float32 if i in FLOAT32_STATISTICS.get(name, ()) else \
+            want = MX_OUTPUTS[name][i] if name in MX_OUTPUTS else \
+                torch.float32 if i in FLOAT32_STATISTICS.get(name, ()) + MOE_FLOAT32.get(name, ()) else \
+                torch.int64 if i in INT64_OUTPUTS.get(name, ()) else \
                 torch.int32 if i in INT32_OUTPUTS.get(name, ()) else \
-                torch.int8 if i in INT8_OUTPUTS.get(name, ()) else dtype
+                torch.int8 if i in INT8_OUTPUTS.get(name, ()) else \
+                torch.uint8 if i in UINT8_OUTPUTS.get(name, ()) else dtype
             assert out.dtype == want, f"{name} output {i}: {out.dtype}, documented {want}"
             assert torch.isfinite(out.float()).all(), f"{name} output {i} is not finite"
 

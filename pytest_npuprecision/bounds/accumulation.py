@@ -22,7 +22,8 @@ from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
 from .reduction_lengths import (
     CrossEntropy, Interpolation, batch_norm_length, batched_contraction, bilinear_length, chained_length, class_count,
-    classes_then_batch, contracted, cumsum_length, einsum_length, first_input, fusion_attention_lengths,
+    INFER_ATTENTION_NAMES, classes_then_batch, contracted, cumsum_length, einsum_length, first_input,
+    fusion_attention_lengths, infer_attention_lengths,
     group_norm_length, grouped_matmul_length, loss_length, multi_head_attention, over_last_dim, pooling_window,
     product_terms, recurrent, reduced, softmax_length, trapezoid,
 )
@@ -234,6 +235,9 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     # which cancel.
     "gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms,
                              grad_sensitivities=composite_terms.gelu_gradient_terms),
+    "npu_gelu": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_terms,
+                                 grad_sensitivities=composite_terms.gelu_gradient_terms),
+    "npu_gelu_mul": AccumulationRule(elementwise, sensitivity=composite_terms.gelu_mul_terms),
     "softsign": AccumulationRule(elementwise, grad_term_norms=composite_terms.softsign_gradient_terms),
     "normalize": AccumulationRule(lambda a, k: reduced(first_input(a, k), argument(a, k, 2, "dim", default=1)),
                                   grad_term_norms=composite_terms.normalize_gradient_terms),
@@ -262,11 +266,33 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "embedding": AccumulationRule(lambda a, k: 1, backward_length=lambda a, k: max(first_input(a, k).numel(), 1)),
     # torch_npu's fused ops (pytest_npuprecision.ops.fused), named as after "NPU." in msprobe dumps.
     "npu_add_rms_norm": AccumulationRule(lambda a, k: argument(a, k, 2, "gamma").numel(), shared=True),
+    # dx sums over the normalised elements, dgamma over the rows: two chains, their lengths added.
+    "npu_rms_norm_backward": AccumulationRule(
+        lambda a, k: argument(a, k, 2, "gamma").numel() + argument(a, k, 1, "self").numel()
+        // max(argument(a, k, 2, "gamma").numel(), 1), arguments=("dy", "self", "gamma", "rstd")),
+    # c_kv is an rms norm over gamma's elements; k_rope and the cache copies round once or not at all.
+    "npu_kv_rmsnorm_rope_cache": AccumulationRule(lambda a, k: argument(a, k, 1, "gamma").numel(),
+                                                  arguments=("kv", "gamma", "cos", "sin", "index", "k_cache",
+                                                             "ckv_cache")),
+    # Scores over the head dims (the rope part's added), weighted values over the selected keys.
+    "npu_sparse_flash_attention": AccumulationRule(
+        lambda a, k: argument(a, k, 3, "sparse_indices").shape[-1] + argument(a, k, 0, "query").shape[-1]
+        + (0 if k.get("query_rope") is None else k["query_rope"].shape[-1])),
     "npu_layer_norm_eval": _NORMALIZED,
     "npu_group_norm_silu": AccumulationRule(
         lambda a, k: first_input(a, k).numel() // max(first_input(a, k).shape[0] * int(argument(a, k, 3, "group")), 1)),
+    "npu_group_norm_swish": AccumulationRule(
+        lambda a, k: first_input(a, k).numel() // max(first_input(a, k).shape[0] * int(argument(a, k, 1, "num_groups")),
+                                                      1)),
+    # As cross_entropy: the log-sum-exp over the classes, then the mean over the batch unless reduction is 'none'.
+    "npu_cross_entropy_loss": AccumulationRule(loss_length(3, per_sample=class_count, total=classes_then_batch)),
+    "npu_softmax_cross_entropy_with_logits": AccumulationRule(lambda a, k: 2 * class_count(first_input(a, k))),
     "npu_scaled_masked_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
     "npu_moe_gating_top_k_softmax": AccumulationRule(lambda a, k: argument(a, k, 0, "x").shape[-1], shared=True),
+    # Softmax sums the experts (sigmoid nothing); sigmoid's weights are then renormalised over the k chosen.
+    "npu_moe_gating_top_k": AccumulationRule(
+        lambda a, k: (argument(a, k, 0, "x").shape[-1] if int(argument(a, k, 9, "norm_type", default=0)) == 0 else 1)
+        + int(argument(a, k, 1, "k"))),
     "npu_linear": AccumulationRule(lambda a, k: argument(a, k, 1, "weight").shape[-1], added=(2, "bias"), squared=True),
     "npu_bmmV2": _MATMUL,
     # A batched matmul over K, the input's dim perm_x1[2] (linear in both: squared inputs give the term norms).
@@ -285,10 +311,19 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_moe_token_unpermute": AccumulationRule(
         lambda a, k: 1 if argument(a, k, 2, "probs") is None else argument(a, k, 2, "probs").shape[-1], squared=True,
         arguments=("permuted_tokens", "sorted_indices", "probs")),
+    # Each token sums its K expert outputs (plus each expert's bias) times its scales, then skip1 and skip2.
+    "npu_moe_finalize_routing": AccumulationRule(
+        lambda a, k: (argument(a, k, 4, "scales").shape[-1] if argument(a, k, 4, "scales") is not None
+                      else int(argument(a, k, 8, "k", default=1))) + 2, squared=True,
+        arguments=("expanded_permuted_rows", "skip1", "skip2", "bias", "scales", "expanded_src_to_dst_row",
+                   "export_for_source_row")),
     # As scaled_dot_product_attention: scores over D, weighted values over the keys (the longest
     # sequence for TND); backward also over the queries. The grad op's outputs are that backward.
     "npu_fusion_attention": AccumulationRule(
         lambda a, k: sum(fusion_attention_lengths(a, k)[1:]),
         backward_length=lambda a, k: sum(fusion_attention_lengths(a, k))),
     "npu_fusion_attention_grad": AccumulationRule(lambda a, k: sum(fusion_attention_lengths(a, k, head_num_index=4))),
+    # Inference attention (forward only): scores over the head dim, weighted values over the keys.
+    **{name: AccumulationRule(lambda a, k, name=name: sum(infer_attention_lengths(name, a, k)))
+       for name in INFER_ATTENTION_NAMES},
 }

@@ -260,6 +260,45 @@ def fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[int
     return query.shape[SEQUENCE_DIM[layout]], key.shape[SEQUENCE_DIM[layout]], head_dim
 
 
+# The inference attention ops' argument names: (query heads, query lengths, key lengths); IFA's
+# actual_seq_lengths are its key lengths.
+INFER_ATTENTION_NAMES = {
+    "npu_prompt_flash_attention": ("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv"),
+    "npu_incre_flash_attention": ("num_heads", None, "actual_seq_lengths"),
+    "npu_fused_infer_attention_score": ("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv"),
+    "npu_fused_infer_attention_score_v2": ("num_query_heads", "actual_seq_qlen", "actual_seq_kvlen"),
+}
+
+
+def infer_attention_lengths(op: str, args, kwargs) -> tuple[int, int]:
+    """(key length, head dim) of an inference attention call: the longest batch's keys, the shared
+    prefix in front of them, and the rope part of the head dim (MLA).
+
+    A paged cache holds each batch's keys in blocks: its lengths are the per-batch key lengths (all
+    the table's blocks when unreadable). TND and NTD pack sequences: the longest, from cumulative ends.
+    """
+    heads_name, _, kv_name = INFER_ATTENTION_NAMES[op]
+    query, key = argument(args, kwargs, 0, "query"), argument(args, kwargs, 1, "key")
+    layout = str(kwargs.get("input_layout", "BSH")).split("_")[0]
+    head_dim = query.shape[-1] // int(kwargs.get(heads_name, 1)) if layout == "BSH" else query.shape[-1]
+    rope = kwargs.get("query_rope")
+    if rope is not None:
+        head_dim += rope.shape[-1] * head_dim // query.shape[-1]  # the same share of H (BSH) or its D
+    lengths, table = kwargs.get(kv_name), kwargs.get("block_table")
+    if table is not None:
+        values = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths or [])
+        block = key.shape[1] if key.dim() == 3 else key.shape[-2]
+        key_length = max((int(v) for v in values), default=table.shape[-1] * block)
+    elif layout in ("TND", "NTD"):
+        key_length = longest_sequence(lengths, key if layout == "TND" else key.transpose(0, 1))
+    else:
+        key_length = key.shape[SEQUENCE_DIM[layout]]
+    prefix = kwargs.get("key_shared_prefix")
+    if prefix is not None:
+        key_length += prefix.shape[SEQUENCE_DIM[layout]]
+    return key_length, head_dim
+
+
 def grouped_matmul_length(args, kwargs) -> int:  # K of the first x; k-axis groups sum over a part of it
     x = argument(args, kwargs, 0, "x")
     return (x if isinstance(x, torch.Tensor) else x[0]).shape[-1]

@@ -71,6 +71,12 @@ def float_format(dtype: torch.dtype) -> FloatFormat:
     )
 
 
+def quantized_grid(dtype: torch.dtype) -> bool:
+    """Whether a quantizer's output of this dtype is judged on its grid (the quantized standard): integers, and
+    the one-byte float8 formats; a wider float output of a quantizer (a scale) is not."""
+    return not dtype.is_floating_point or torch.finfo(dtype).bits == 8
+
+
 def parse_dtype(value: object, *, what: str = "dtype") -> torch.dtype:
     """Accept a torch.dtype or its name ('float16', 'torch.float16'); reject anything else clearly."""
     if isinstance(value, torch.dtype):

@@ -94,7 +94,8 @@ _RANDOM_UNLESS: dict[str, tuple[_Switch, ...]] = {
     "npu_dropout_with_add_softmax": (_Switch(("prob",), 3, None, 0),),
 }
 # Python functions that draw before any tagged aten op, and torch_npu's, which torch does not tag.
-_UNTAGGED = frozenset({"gumbel_softmax", "npu_dropout", "npu_dropout_gen_mask", "_npu_dropout"})
+_UNTAGGED = frozenset({"gumbel_softmax", "npu_dropout", "npu_dropout_gen_mask", "_npu_dropout",
+                       "npu_random_choice_with_mask", "npu_sim_exponential_"})
 
 
 @lru_cache(maxsize=1)

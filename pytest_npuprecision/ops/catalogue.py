@@ -32,6 +32,9 @@ MATH_FAMILIES: Mapping[str, frozenset[str]] = MappingProxyType({
         "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "linear", "bilinear", "einsum", "tensordot",
         "chain_matmul", "multi_dot", "scaled_dot_product_attention", "multi_head_attention_forward",
         "npu_linear", "npu_grouped_matmul", "npu_gmm", "npu_fusion_attention", "npu_fusion_attention_grad",
+        "npu_sparse_flash_attention",
+        "npu_prompt_flash_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score",
+        "npu_fused_infer_attention_score_v2",
     }),
     "conv": frozenset({
         "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution",
@@ -85,7 +88,7 @@ NORMWISE = frozenset({"affine_grid"})
 # or a few (an add after cancellation, torch_npu's elementwise fused activations and rotations).
 ELEMENTWISE = frozenset({
     "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
-    "npu_interleave_rope", "npu_geglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
+    "npu_interleave_rope", "npu_mrope", "npu_geglu", "npu_gelu_mul", "npu_clipped_swiglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
     "npu_apply_adam", "npu_apply_adam_w",  # an update: each element its own few roundings
 })
 

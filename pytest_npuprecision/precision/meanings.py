@@ -42,7 +42,7 @@ def failure_sections(standard: str, failed_metrics: Iterable[str]) -> tuple[str,
 METRIC_MEANINGS = {
     "nonfinite_mismatch": "elements whose inf or nan disagrees with the golden",
     "binary_mismatch": "elements not bit-equal to the golden rounded to the dtype",
-    "quantized_mismatch": "integer elements that are not their exact value rounded to a nearest integer",
+    "quantized_mismatch": "integer or float8 elements that are not their exact value rounded to a nearest grid value",
     "rel_err_ratio": "share of elements whose relative error is past rtol",
     "small_value_err_ratio": "share of near-zero elements whose absolute error is past the small-value atol",
     "max_ulp_err": "largest error in units of the last place of the dtype",

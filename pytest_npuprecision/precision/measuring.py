@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from ..common.dtypes import FloatFormat, float_format
+from ..common.dtypes import FloatFormat, float_format, quantized_grid
 from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
 from .metrics import CANCELLED, FIT_ELEMENTS, Accumulation, MetricParams, Metrics, WorstIndices, element_index
 from .row_statistics import alike_rows, repetition_of, rounding_bound, row_statistics, shared_shift
@@ -164,6 +164,27 @@ _SUMS = (
 QUANTIZED_SLACK = 2.0**-20
 
 
+def _grid_step(magnitude: torch.Tensor, fmt: FloatFormat, work) -> torch.Tensor:
+    """The spacing of fmt's values at each |value| (its ulp; the subnormal spacing below the normal range)."""
+    tiny = math.ldexp(1.0, fmt.min_exponent)
+    exponent = torch.frexp(magnitude.clamp(min=tiny)).exponent - 1
+    return torch.exp2((exponent - fmt.mantissa_bits).to(work))
+
+
+def _off_grid(a: torch.Tensor, abs_err: torch.Tensor, golden: "_GoldenChunk", fmt: FloatFormat | None,
+              both: torch.Tensor) -> torch.Tensor:
+    """Metrics.quantized_over: the elements farther from the exact value than half a step of the output's grid,
+    past the slack: the integers' unit, or a float8 format's spacing, the smaller of the golden's and the
+    element's (so a value one step below a power of two, where the grid halves, is a step off, not half).
+    Wider float formats, which no quantizer emits, count none."""
+    if fmt is None:
+        return torch.count_nonzero(both & (abs_err > 0.5 + QUANTIZED_SLACK * golden.abs_g.clamp(min=1)))
+    if not quantized_grid(fmt.dtype):
+        return torch.zeros((), dtype=torch.int64, device=a.device)
+    step = torch.minimum(golden.ulp, _grid_step(a.abs(), fmt, a.dtype))
+    return torch.count_nonzero(both & (abs_err > 0.5 * step + QUANTIZED_SLACK * golden.abs_g))
+
+
 def _lean(rounding: torch.Tensor | None, signed: torch.Tensor, growth: torch.Tensor,
           both: torch.Tensor | None) -> list[torch.Tensor]:
     """The rounding-dominated elements finite on both sides, how many more of them sit above the golden
@@ -232,9 +253,7 @@ class _GoldenChunk:
         self.ulp = self.bound = self.rounding = self.settled = self.constant_share = None
         if fmt is None:
             return
-        tiny = math.ldexp(1.0, fmt.min_exponent)
-        exponent = torch.frexp(abs_g.clamp(min=tiny)).exponent - 1
-        self.ulp = torch.exp2((exponent - fmt.mantissa_bits).to(work))
+        self.ulp = _grid_step(abs_g, fmt, work)
         self.bound = error_bound(abs_g, term_norm, sensitivity, fmt, acc.per_scale(fmt), golden_rms, work,
                                   acc.input_share(fmt), acc.roundings)
         # Where the golden lies within its bound of zero (a sum that cancelled: a conv's bias gradient
@@ -273,9 +292,10 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         nan_a, nan_g = torch.isnan(a), torch.isnan(g_round)
         inf_a, inf_g = torch.isinf(a), torch.isinf(g_round)
         same = (a == g_round) | (nan_a & nan_g)
-        # An inf of the right sign where the exact result reaches the dtype's max is a fair overflow.
+        # An inf of the right sign where the exact result passes the dtype's max is a fair overflow; at the max
+        # itself (a saturating quantizer's golden) it is not.
         past_max = inf_a & (torch.sign(a) == torch.sign(g)) & torch.isfinite(g) & (
-            g.abs() >= (fmt.max if fmt is not None else math.inf))
+            g.abs() > (fmt.max if fmt is not None else math.inf))
         same |= past_max
         nonfinite_mismatch = ~both & ~same
         overflow = nonfinite_mismatch & inf_a & fin_g & (torch.sign(a) == torch.sign(g))
@@ -326,8 +346,8 @@ def _chunk_partials(a_raw, golden: _GoldenChunk, shift, offset, fmt: FloatFormat
         torch.dot(a_fin, g_fin), torch.dot(a_fin, a_fin), torch.dot(g_fin, g_fin), bound_ratio.sum(), *bias, *lean,
         count(bound_ratio > 1), zero if all_finite else count(overflow), zero if all_finite else count(past_max),
         diff.sum(), g_fin.sum(), torch.dot(diff, g_fin),
-        # a quantizer's integers against an unrounded golden: integer outputs only (quantized standard)
-        zero if fmt is not None else count(both & (abs_err > 0.5 + QUANTIZED_SLACK * abs_g.clamp(min=1))),
+        # a quantizer's integers or float8 values against an unrounded golden (quantized standard)
+        _off_grid(a, abs_err, golden, fmt, both),
     )).to(torch.float64)
     maxima = [torch.max(v, dim=0) for v in (abs_err, rel, ulp_err, bound_ratio)]
     max_values = torch.stack([m.values.to(torch.float64) for m in maxima])

@@ -188,8 +188,8 @@ class Metrics:
     # alike, so every sample count behind a chance counts them once (Metrics.independent).
     repetition: Repetition | None = None
     over_bound: int = 0  # elements whose error is past their error bound (ratio > 1); float outputs only
-    # Elements farther than half a unit (plus QUANTIZED_SLACK of the value) from an unrounded golden: a
-    # quantizer's integer output that is not its exact value rounded to a nearest integer.
+    # Elements farther than half a step of their grid (plus QUANTIZED_SLACK of the value) from an unrounded
+    # golden: a quantizer's integer or float8 output that is not its exact value rounded to a nearest grid value.
     quantized_over: int = 0
     overflow: int = 0  # +-inf on the device where the golden, rounded to the dtype, is finite: downstream of one
     range_overflow: int = 0  # +-inf on the device where the exact result is finite but past the dtype's max

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..common.dtypes import quantized_grid
 from .element_bound import order_widening
 from .metrics import Metrics
 from .rules import Limit, OpName, OpRule
@@ -80,15 +81,15 @@ class Standard:
 
 
 class Quantized(Standard):
-    """A quantizer's integer output (the op table's quantized ops), against the exact value before its
-    rounding: each element the nearest integer, or either neighbour where that value lies within its
-    compute slack of a half-way point (half-way values may round either way). Its float outputs (a
-    scale) fall to the error bound."""
+    """A quantizer's integer or float8 output (the op table's quantized ops), against the exact value before
+    its rounding: each element the nearest value of its format's grid (the integers, or the float8 values),
+    or either neighbour where that value lies within its compute slack of a half-way point (half-way values
+    may round either way). Its wider float outputs (a scale) fall to the error bound."""
 
     name, worst = "quantized", "abs"
 
     def applies(self, subject: Subject) -> bool:
-        return subject.table_standard == self.name and not subject.dtype.is_floating_point
+        return subject.table_standard == self.name and quantized_grid(subject.dtype)
 
     def checks(self, m, limits, baseline, floor):
         return [_check("quantized_mismatch", m.quantized_over, limits["quantized_mismatch"])]

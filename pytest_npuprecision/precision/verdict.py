@@ -162,7 +162,7 @@ def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
     if own == "binary":
         return m.binary_mismatch, m.numel, "not bit-equal to the golden"
     if own == "quantized":
-        return m.quantized_over, m.numel, "not their exact value rounded to a nearest integer"
+        return m.quantized_over, m.numel, "not their exact value rounded to a nearest value of their grid"
     if not m.finite:
         return None
     if own == "absolute":

@@ -35,9 +35,11 @@ from .cotangents import output_gradients
 from .error_bounds import forward_accumulation, grad_accumulations, output_norm
 from .perturbed import GoldenSpread
 from .sides import (
-    Forward, OpExecutionError, Side, golden_for, is_float, run_backward, run_forward, run_side, tensor_paths,
+    Forward, OpExecutionError, Side, golden_for, is_float, run_backward, run_forward, run_side, side_arguments,
+    tensor_paths,
 )
 from .sign_alignment import aligned
+from .tie_alignment import tie_aligned
 from .unknown_op_bounds import measured_rule
 
 
@@ -331,6 +333,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
+    outputs = tie_aligned(op, outputs, lambda: side_arguments(args, kwargs, golden_side, []))
     outputs = _complex_split(aligned(op, outputs))
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault
@@ -425,7 +428,7 @@ def _fair_overflow(outputs: Sequence[RunOutput]) -> str | None:
         largest = torch.finfo(out.actual.dtype).max
         if not out.actual.numel() or all(math.isfinite(v) for v in aminmax(out.actual)):
             continue  # the common case, found by reductions without an output-sized temporary
-        inf = torch.isinf(out.actual)
+        inf = torch.isinf(out.actual.float())  # float8 has no isinf kernel
         count = int((out.golden[inf].abs() > largest).sum())
         if count:
             return (f"the forward's {out.name} overflowed {str(out.actual.dtype).removeprefix('torch.')} fairly at "

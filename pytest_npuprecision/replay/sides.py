@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 import torch
 
 from ..backends import Backend
+from ..common.dtypes import quantized_grid
 from ..common.torch_compat import default_device, rms_norm_eps
 from ..ops.resolution import ResolvedOp
 
@@ -161,8 +162,9 @@ def side_arguments(args, kwargs, side: Side, notes: list[str], square: bool = Fa
             # The kernel rounds a Python float to its compute type (float32, also for half types):
             # an exact 0.001 in the golden would charge the kernel with 0.5 ulp on every element.
             return torch.tensor(value, dtype=scalar_dtype).item()
+        # A float8 dtype names a format to quantize into (npu_dynamic_mx_quant's dst_type), not one to compute in.
         if isinstance(value, torch.dtype) and side.float_dtype is not None and value.is_floating_point \
-                and value != side.float_dtype:
+                and value != side.float_dtype and not quantized_grid(value):
             notes.append(f"golden computes the dtype argument {value} as {side.float_dtype}")
             return side.float_dtype
         return value

@@ -64,6 +64,14 @@ def gelu_terms(args, kwargs) -> torch.Tensor:
     return 0.5 * x.abs() * (1 + APPROXIMATION * f.abs())
 
 
+def gelu_mul_terms(args, kwargs) -> torch.Tensor:
+    """npu_gelu_mul: gelu(x1) * x2 for the halves of the last dim, each gelu term scaled by |x2| (one more rounding
+    of the product, which the roundings count)."""
+    x = argument(args, kwargs, 0, "input")
+    first, second = x.chunk(2, dim=-1)
+    return gelu_terms((first,), {"approximate": kwargs.get("approximate", "none")}) * _double(second).abs()
+
+
 def gelu_gradient_terms(args, kwargs, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
     """gelu'(x) = (1 + f)/2 + x f'/2 with f = erf(x / sqrt 2) (or the tanh form): near x = -0.75 the two
     halves cancel to a tenth of either, which a fair vectorized kernel computes to a few ulp each.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .opmath import opmath_dtype
-from .record import FusedOp
+from .record import FusedOp, UnjudgedFusedCall
 
 _FAST_GELU = 1.702
 _SOFTMAX_MASK_FILL = -10000.0  # what the kernel writes into masked logits (torch_npu's own test uses it)
@@ -52,6 +54,44 @@ def npu_fast_gelu(input):
     return _computed(input, lambda x: x * torch.sigmoid(_FAST_GELU * x))
 
 
+def fast_gelu(self):
+    """torch_npu.fast_gelu(self) -> Tensor: npu_fast_gelu's formula (its documented example, 0.5991 -> 0.4403,
+    is x * sigmoid(1.702 x))."""
+    return npu_fast_gelu(self)
+
+
+def npu_gelu_mul(input, *, approximate='none'):
+    """torch_npu.npu_gelu_mul(input, *, approximate='none') -> Tensor: gelu(x1) * x2 for (x1, x2) the halves of
+    the last dim, gelu in its erf ('none') or tanh form."""
+    def gelu_mul(x):
+        first, second = x.chunk(2, dim=-1)
+        return _gelu(first, str(approximate)) * second
+    return _computed(input, gelu_mul)
+
+
+def npu_clipped_swiglu(x, *, group_index=None, dim=-1, alpha=1.702, limit=7.0, bias=1.0, interleaved=True):
+    """torch_npu.npu_clipped_swiglu(x, *, group_index=None, dim=-1, alpha=1.702, limit=7.0, bias=1.0,
+    interleaved=True) -> Tensor
+
+    x split along dim into A and B (its even and odd elements when interleaved, else its halves); A clamped
+    above at limit, B to [-limit, limit]; y = A * sigmoid(alpha * A) * (B + bias)."""
+    axis = int(dim) % x.dim()
+    if interleaved and axis != x.dim() - 1:
+        # the kernel interleaves the dims from dim on flattened, not dim alone: not computed here
+        raise UnjudgedFusedCall("an interleaved split along a dim other than the last has no reference here")
+    if group_index is not None:
+        rows = int(torch.as_tensor(group_index).sum())
+        if rows < math.prod(x.shape[:axis]):
+            raise UnjudgedFusedCall(f"group_index covers {rows} rows of {math.prod(x.shape[:axis])}: the kernel "
+                                    f"leaves the rest unwritten, which no golden can judge")
+
+    def clipped(values):
+        a, b = (values[..., 0::2], values[..., 1::2]) if interleaved else values.chunk(2, dim=axis)
+        a, b = a.clamp(max=float(limit)), b.clamp(-float(limit), float(limit))
+        return a * torch.sigmoid(float(alpha) * a) * (b + float(bias))
+    return _computed(x, clipped)
+
+
 def npu_gelu(input, approximate='none'):
     """torch_npu.npu_gelu(input, approximate='none') -> Tensor: x * Phi(x), erf or tanh form."""
     return _computed(input, lambda x: _gelu(x, str(approximate)))
@@ -87,6 +127,11 @@ OPS = (
     FusedOp("npu_geglu", npu_geglu, "npu_geglu(self, dim=-1, approximate=1, activate_left=False)", "y, gelu",
             "approximate=1 is taken as tanh (the signature's docs); torch_npu's test compares it with erf"),
     FusedOp("npu_fast_gelu", npu_fast_gelu, "npu_fast_gelu(input)", "output"),
+    FusedOp("fast_gelu", fast_gelu, "fast_gelu(self)", "output"),
+    FusedOp("npu_gelu_mul", npu_gelu_mul, "npu_gelu_mul(input, *, approximate='none')", "output"),
+    FusedOp("npu_clipped_swiglu", npu_clipped_swiglu,
+            "npu_clipped_swiglu(x, *, group_index=None, dim=-1, alpha=1.702, limit=7.0, bias=1.0, interleaved=True)",
+            "output", "an interleaved split along a dim other than the last; group_index leaving rows unwritten"),
     FusedOp("npu_gelu", npu_gelu, "npu_gelu(input, approximate='none')", "output"),
     FusedOp("npu_mish", npu_mish, "npu_mish(self)", "output"),
     FusedOp("npu_silu", npu_silu, "npu_silu(self)", "output"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .opmath import int_list, opmath_dtype
-from .record import FusedOp, UnjudgedFusedCall
+from .record import FusedOp, TopKSelection, UnjudgedFusedCall
 
 
 def npu_confusion_transpose(self, perm, shape, transpose_first):
@@ -64,6 +64,17 @@ def npu_moe_gating_top_k_softmax(x, finished=None, k=1):
     return y.to(x.dtype), expert_idx, row_idx
 
 
+def _softmax_scores(x, finished=None, k=1):
+    """(score, magnitude) of every expert: its probability, ranked as the reference ranks them."""
+    probabilities = torch.softmax(x.to(opmath_dtype(x.dtype)), dim=-1)
+    return probabilities, probabilities
+
+
+def _softmax_values_at(indices, x, finished=None, k=1):
+    """y for these chosen experts: their probabilities."""
+    return torch.softmax(x.to(opmath_dtype(x.dtype)), dim=-1).gather(-1, indices.long()).to(x.dtype)
+
+
 def npu_format_cast(input, acl_format, customize_dtype=None):
     """torch_npu.npu_format_cast(input, acl_format, customize_dtype=None) -> Tensor
 
@@ -103,5 +114,6 @@ OPS = (
             "out is not written"),
     FusedOp("npu_moe_gating_top_k_softmax", npu_moe_gating_top_k_softmax,
             "npu_moe_gating_top_k_softmax(x, finished=None, k=1)", "y, expert_idx (int32), row_idx (int32)",
-            "finished rows: undocumented output; expert_idx set to the expert count as msprobe does"),
+            "finished rows: undocumented output; expert_idx set to the expert count as msprobe does",
+            selection=TopKSelection(values=0, indices=1, scores=_softmax_scores, values_at=_softmax_values_at)),
 )

@@ -57,6 +57,21 @@ def npu_group_norm_silu(input, weight, bias, group, eps=0.00001):
     out = silu(group_norm(input) * weight + bias) over channels (dim 1) split into `group` groups;
     mean and rstd are [N, group], all three in input's dtype. weight and bias may be None.
     """
+    return _group_norm_swish(input, group, weight, bias, eps, 1.0)
+
+
+def npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0):
+    """torch_npu.npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0)
+    -> (out, mean, rstd)
+
+    npu_group_norm_silu with swish(y) = y * sigmoid(swish_scale * y) in place of silu."""
+    return _group_norm_swish(input, num_groups, weight, bias, 1e-5 if eps is None else eps,
+                             1.0 if swish_scale is None else swish_scale)
+
+
+def _group_norm_swish(input, group, weight, bias, eps, swish_scale):
+    """(swish(group_norm(input) * weight + bias), mean, rstd) over channels (dim 1) in ``group`` groups; mean and
+    rstd [N, group]; all three in input's dtype."""
     dtype = opmath_dtype(input.dtype)
     x = input.to(dtype)
     batch, channels, group = x.shape[0], x.shape[1], int(group)
@@ -69,11 +84,32 @@ def npu_group_norm_silu(input, weight, bias, group, eps=0.00001):
         y = y * weight.to(dtype).reshape(per_channel)
     if bias is not None:
         y = y + bias.to(dtype).reshape(per_channel)
-    out = y * torch.sigmoid(y)
+    out = y * torch.sigmoid(float(swish_scale) * y)
     return out.to(input.dtype), mean.reshape(batch, group).to(input.dtype), rstd.reshape(batch, group).to(input.dtype)
 
 
+def npu_rms_norm_backward(dy, self, gamma, rstd):
+    """torch_npu.npu_rms_norm_backward(dy, self, gamma, rstd) -> (dx, dgamma)
+
+    npu_rms_norm's gradients given the rstd its forward returned: with n the elements gamma covers,
+    dx = (dy * gamma - self * rstd * mean(dy * gamma * self * rstd)) * rstd over those dims, and
+    dgamma = sum over the leading dims of dy * self * rstd, gamma's shape. dx in self's dtype, dgamma
+    float32 (float64 in a float64 golden). msprobe's reference leaves dgamma unsummed."""
+    dtype = opmath_dtype(self.dtype)
+    x, g, r, grad = self.to(dtype), gamma.to(dtype), rstd.to(dtype), dy.to(dtype)
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    normalised = x * r
+    dx = (grad * g - normalised * (grad * g * normalised).mean(dims, keepdim=True)) * r
+    dgamma = (grad * normalised).reshape(-1, *gamma.shape).sum(0)
+    return dx.to(self.dtype), dgamma.to(statistic_dtype(dtype))
+
+
 OPS = (
+    FusedOp("npu_group_norm_swish", npu_group_norm_swish,
+            "npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0)",
+            "out, mean, rstd (input's dtype)"),
+    FusedOp("npu_rms_norm_backward", npu_rms_norm_backward, "npu_rms_norm_backward(dy, self, gamma, rstd)",
+            "dx (self's dtype), dgamma (float32)"),
     FusedOp("npu_rms_norm", npu_rms_norm, "npu_rms_norm(self, gamma, epsilon=1e-06)",
             "y, rstd (float32, self's shape with the normalised dims 1)"),
     FusedOp("npu_add_rms_norm", npu_add_rms_norm, "npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06)",

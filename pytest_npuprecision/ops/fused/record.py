@@ -16,6 +16,22 @@ class UnjudgedFusedCall(Exception):
 
 
 @dataclass(frozen=True)
+class TopKSelection:
+    """Which outputs of a top-k selecting op are the selected values and indices, and the golden's view
+    of every candidate, so that a replay accepts a fair kernel's pick between tied candidates
+    (replay/tie_alignment.py) and judges the values at the kernel's own indices."""
+
+    values: int  # the selected values' position among the outputs
+    indices: int  # the selected indices' position among the outputs (the same shape as the values)
+    # Called as the reference (float64 arguments): (score, magnitude) of every candidate, [..., candidates],
+    # the score ranked, the magnitude the size of the terms it is computed from; None where the call
+    # selects nothing (indices given by a table).
+    scores: Callable[..., Any]
+    # values_at(indices, *args, **kwargs): the values output the reference gives for these indices.
+    values_at: Callable[..., Any]
+
+
+@dataclass(frozen=True)
 class FusedOp:
     """One torch_npu fused op and its pure-torch reference."""
 
@@ -24,3 +40,4 @@ class FusedOp:
     signature: str  # the torch_npu signature implemented, as in the docstring
     outputs: str  # what the outputs are, e.g. "y, rstd"
     unsupported: str = ""  # what is not supported and why (for the docs table, docs/generate.py)
+    selection: TopKSelection | None = None  # for a top-k selecting op: which outputs the tie rule aligns

@@ -129,7 +129,7 @@ def _kernel(name: str):
 
 # A few of the ops msprobe hooks: ones the harness has float64 references for, and ones it has none for.
 for _name in ("npu_rms_norm", "npu_fusion_attention", "npu_grouped_matmul", "npu_quant_matmul",
-              "npu_moe_token_permute", "npu_moe_token_unpermute", "npu_dynamic_mx_quant", "npu_mm_reduce_scatter_base"):
+              "npu_moe_token_permute", "npu_moe_token_unpermute", "npu_kronecker_quant", "npu_mm_reduce_scatter_base"):
     globals()[_name] = _kernel(_name)
 
 sys.modules["torch_npu.npu"] = npu

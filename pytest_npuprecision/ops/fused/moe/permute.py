@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .opmath import opmath_dtype
-from .record import FusedOp, UnjudgedFusedCall
+from ..opmath import opmath_dtype
+from ..record import FusedOp, UnjudgedFusedCall
 
 
 def npu_moe_token_permute(tokens, indices, num_out_tokens=None, padded_mode=False):
