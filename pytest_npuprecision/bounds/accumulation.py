@@ -15,8 +15,8 @@ import torch
 
 from ..common.dtypes import float_format
 from .terms import (
-    attention_terms, composite_terms, covariance_terms, dequantized_terms, norm_terms, sampling_terms, softmax_terms,
-    spectral_terms,
+    attention_terms, composite_terms, covariance_terms, dequantized_terms, norm_terms, quantizer_terms, sampling_terms,
+    softmax_terms, spectral_terms,
 )
 from .accumulation_rule import AccumulationRule, elementwise
 from .op_arguments import argument
@@ -303,6 +303,9 @@ ACCUMULATION_RULES: dict[str, AccumulationRule] = {
     "npu_weight_quant_batchmatmul": AccumulationRule(
         lambda a, k: argument(a, k, 0, "x").shape[-1], added=(6, "bias"), term_norm=dequantized_terms.weight_quant_terms,
         arguments=("x", "weight", "antiquant_scale", "antiquant_offset", "quant_scale", "quant_offset", "bias")),
+    # A per-token asymmetric quantizer's float offset, 127 - row max / scale, cancels its two terms.
+    "npu_dynamic_quant_asymmetric": AccumulationRule(elementwise, output_norms=quantizer_terms.asymmetric_offset_terms,
+                                                     arguments=("x",)),
     # Each group is a matmul over K (or over its share of K when K is grouped).
     "npu_grouped_matmul": AccumulationRule(grouped_matmul_length),
     "npu_gmm": AccumulationRule(grouped_matmul_length),

@@ -90,6 +90,7 @@ ELEMENTWISE = frozenset({
     "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
     "npu_interleave_rope", "npu_mrope", "npu_geglu", "npu_gelu_mul", "npu_clipped_swiglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
     "npu_apply_adam", "npu_apply_adam_w",  # an update: each element its own few roundings
+    "npu_anti_quant",  # (x + offset) * scale: two float32 roundings and the output cast
 })
 
 # What a statistics dump can check of an op on its own: the family of invariants its definition puts on its

@@ -333,7 +333,7 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
     overflowed = _fair_overflow(outputs)
     if base is not None:
         outputs = _with_baseline(outputs, base_side, dict(base.outputs), notes)
-    outputs = tie_aligned(op, outputs, lambda: side_arguments(args, kwargs, golden_side, []))
+    outputs = tie_aligned(op, outputs, lambda: side_arguments(args, kwargs, golden_side, []), (args, kwargs))
     outputs = _complex_split(aligned(op, outputs))
 
     if recorded is not None and backward:  # a gradient the dump did not record is not the device's fault

@@ -10,6 +10,12 @@ golden's indices then become the device's, and its values the golden's values at
 the values are still judged against float64. A row where the device picked an expert that scores
 clearly lower is left alone, and its indices fail. What the harness knows of each op (which outputs
 are selected, the golden's scores) is its FusedOp record's ``selection``. The baseline is left as it is.
+
+An op may return the indices alone (npu_lightning_indexer: int32 key positions, -1 where a causal row
+has fewer keys than places, a set whose order the op does not promise). Its tie is then sized by the
+rounding of the dtype the kernel may hold its scores in (the selection's ``score_dtype``, read from the
+arguments as the device got them), its pads must match the golden's exactly, and an unordered
+selection's rows are compared best score first, so a reordering of a fair set passes.
 """
 
 from __future__ import annotations
@@ -27,20 +33,29 @@ from ..ops.catalogue import op_record
 # rounding of the terms' size, so two candidates within TIE_UNITS units of the output dtype's
 # rounding of |norm| + |bias| may be ranked either way; a wider gap is a wrong pick.
 TIE_UNITS = 4
+# An index row's filler where fewer candidates qualify than it has places (npu_lightning_indexer's
+# causal rows): the device must pad exactly where the golden does.
+PAD = -1
 
 
-def tie_aligned(op, outputs: Sequence, golden_arguments: Callable[[], tuple[tuple, dict]]) -> list:
+def tie_aligned(op, outputs: Sequence, golden_arguments: Callable[[], tuple[tuple, dict]],
+                device_arguments: tuple[tuple, dict] | None = None) -> list:
     """The outputs (runner.RunOutput) of ``op`` (ops.ResolvedOp) with the golden's selection realigned
     to the device's where the device picked among tied candidates. golden_arguments: the call's
-    arguments as the golden got them (float64), computed only when the indices differ."""
+    arguments as the golden got them (float64), computed only when the indices differ. device_arguments:
+    (args, kwargs) as the device got them, which size the tie of a selection with no values output."""
     fused = op_record(op.base_name).reference
     selection = None if fused is None else fused.selection
-    by_name = {o.name: o for o in outputs}
-    values_name, indices_name = (None, None) if selection is None else \
-        (f"output.{selection.values}", f"output.{selection.indices}")
-    if values_name not in by_name or indices_name not in by_name:
+    if selection is None:
         return list(outputs)
-    values, indices = by_name[values_name], by_name[indices_name]
+    by_name = {o.name: o for o in outputs}
+    indices_name = f"output.{selection.indices}"
+    values_name = None if selection.values is None else f"output.{selection.values}"
+    if indices_name not in by_name or (values_name is not None and values_name not in by_name):
+        return list(outputs)
+    if values_name is None and device_arguments is None:  # no dtype to size a tie with
+        return list(outputs)
+    indices = by_name[indices_name]
     device, golden = indices.actual.long(), indices.golden.long().to(indices.actual.device)
     if torch.equal(device, golden):
         return list(outputs)
@@ -49,33 +64,53 @@ def tie_aligned(op, outputs: Sequence, golden_arguments: Callable[[], tuple[tupl
     if ranked is None:  # the call selects nothing (its indices come from a table)
         return list(outputs)
     score, magnitude = (t.detach().to(device.device) for t in ranked)
-    accepted = tied_rows(device, golden, score, magnitude, _unit(values.actual.dtype))
+    unit = _unit(by_name[values_name].actual.dtype if values_name is not None else
+                 selection.score_dtype(*device_arguments[0], **device_arguments[1]))
+    accepted = tied_rows(device, golden, score, magnitude, unit, selection.ordered)
     if not accepted.any():
         return list(outputs)
     chosen = torch.where(accepted.unsqueeze(-1), device, golden)
-    at_choice = selection.values_at(chosen.clamp(0, score.shape[-1] - 1).to(args_device(args)), *args, **kwargs)
-    realigned = {
-        indices_name: replace(indices, golden=chosen.to(indices.golden.dtype).to(indices.golden.device)),
-        values_name: replace(values, golden=torch.where(accepted.unsqueeze(-1).to(values.golden.device),
-                                                        at_choice.detach().to(values.golden), values.golden)),
-    }
+    realigned = {indices_name: replace(indices, golden=chosen.to(indices.golden.dtype).to(indices.golden.device))}
+    if values_name is not None:
+        values = by_name[values_name]
+        at_choice = selection.values_at(chosen.clamp(0, score.shape[-1] - 1).to(args_device(args)), *args, **kwargs)
+        realigned[values_name] = replace(values, golden=torch.where(accepted.unsqueeze(-1).to(values.golden.device),
+                                                                    at_choice.detach().to(values.golden), values.golden))
     return [realigned.get(o.name, o) for o in outputs]
 
 
 def tied_rows(device: torch.Tensor, golden: torch.Tensor, score: torch.Tensor, magnitude: torch.Tensor,
-              unit: float) -> torch.Tensor:
+              unit: float, ordered: bool = True) -> torch.Tensor:
     """Per row (all dims but the last), whether the device's selection differs from the golden's and is
-    as good: valid, distinct indices whose golden scores match the golden's own rank by rank, within
-    TIE_UNITS * unit * the larger magnitude."""
+    as good: padded (PAD) in the golden's places, valid distinct indices elsewhere, whose golden scores
+    match the golden's own rank by rank, within TIE_UNITS * unit * the larger magnitude. An unordered
+    selection (a set) is compared best score first."""
     candidates = score.shape[-1]
-    valid = ((device >= 0) & (device < candidates) & (golden >= 0) & (golden < candidates)).all(-1)
-    ordered = torch.sort(device, -1).values
-    distinct = (ordered[..., 1:] != ordered[..., :-1]).all(-1)
+    pad = golden == PAD
+    valid = ((device == PAD) == pad) & _in_range(device, candidates) & _in_range(golden, candidates)
+    places = torch.arange(device.shape[-1], device=device.device)
+    ids = torch.sort(torch.where(pad, -2 - places, device), -1).values  # pads never repeat one another
+    distinct = (ids[..., 1:] != ids[..., :-1]).all(-1)
     picked, own = device.clamp(0, candidates - 1), golden.clamp(0, candidates - 1)
-    gap = (score.gather(-1, picked) - score.gather(-1, own)).abs()
-    size = torch.maximum(magnitude.gather(-1, picked), magnitude.gather(-1, own))
-    close = (gap <= TIE_UNITS * unit * size) | (picked == own)  # -inf against -inf is nan: not close
-    return valid & distinct & close.all(-1) & (device != golden).any(-1)
+    mine = picked, score.gather(-1, picked), magnitude.gather(-1, picked)
+    theirs = own, score.gather(-1, own), magnitude.gather(-1, own)
+    if not ordered:
+        mine, theirs = _best_first(pad, *mine), _best_first(pad, *theirs)
+    gap = (mine[1] - theirs[1]).abs()
+    size = torch.maximum(mine[2], theirs[2])
+    close = (gap <= TIE_UNITS * unit * size) | (mine[0] == theirs[0])  # -inf against -inf is nan: not close
+    return valid.all(-1) & distinct & close.all(-1) & (device != golden).any(-1)
+
+
+def _in_range(indices: torch.Tensor, candidates: int) -> torch.Tensor:
+    return (indices == PAD) | ((indices >= 0) & (indices < candidates))
+
+
+def _best_first(pad: torch.Tensor, index: torch.Tensor, score: torch.Tensor, size: torch.Tensor):
+    """(index, score, size) of each row reordered by score, best first, and its pads last (two stable sorts)."""
+    by_score = torch.sort(score, dim=-1, descending=True, stable=True).indices
+    order = by_score.gather(-1, torch.sort(pad.gather(-1, by_score).long(), dim=-1, stable=True).indices)
+    return index.gather(-1, order), score.gather(-1, order), size.gather(-1, order)
 
 
 def _unit(dtype: torch.dtype) -> float:

@@ -21,14 +21,19 @@ class TopKSelection:
     of every candidate, so that a replay accepts a fair kernel's pick between tied candidates
     (replay/tie_alignment.py) and judges the values at the kernel's own indices."""
 
-    values: int  # the selected values' position among the outputs
+    values: int | None  # the selected values' position among the outputs; None: the op returns indices only
     indices: int  # the selected indices' position among the outputs (the same shape as the values)
     # Called as the reference (float64 arguments): (score, magnitude) of every candidate, [..., candidates],
     # the score ranked, the magnitude the size of the terms it is computed from; None where the call
     # selects nothing (indices given by a table).
     scores: Callable[..., Any]
     # values_at(indices, *args, **kwargs): the values output the reference gives for these indices.
-    values_at: Callable[..., Any]
+    values_at: Callable[..., Any] | None = None
+    # With no values output: called with the arguments as the device got them, the dtype a fair kernel
+    # may hold its scores in, whose rounding sizes a tie (the values output's dtype otherwise).
+    score_dtype: Callable[..., Any] | None = None
+    # False where the op promises a set, not an order: rows are compared best score first, pads (-1) last.
+    ordered: bool = True
 
 
 @dataclass(frozen=True)
