@@ -20,3 +20,29 @@ def assert_rel_close(actual, expected, tol: float = RELATIVE_TOLERANCE, what: st
             log.write(f"{error:.3e} {what}\n")
     assert error <= tol, f"{what}: relative error {error:.3e} > {tol:.0e}"
     return error
+
+
+BIG = 2147483647  # pre_tokens and next_tokens that limit nothing
+
+
+def dense_mask(mode, sq, skv, pre=BIG, nxt=BIG, given=None, prefix=0):
+    """[sq, skv] bool, True = masked, from the documented sparse_mode rules, one pair at a time."""
+    rows = []
+    for i in range(sq):
+        row = []
+        for j in range(skv):
+            if mode == 0:
+                out = bool(given[i][j]) or j - i > nxt or i - j > pre
+            elif mode == 1:
+                out = bool(given[i][j])
+            elif mode == 2:
+                out = j > i
+            elif mode == 3:
+                out = j > i + skv - sq
+            elif mode == 4:
+                out = j - i - (skv - sq) > nxt or (i + skv - sq) - j > pre
+            else:  # 6: prefix
+                out = j > i + skv - sq and j >= prefix
+            row.append(out)
+        rows.append(row)
+    return torch.tensor(rows)

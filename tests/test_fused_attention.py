@@ -11,37 +11,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from fused_checks import assert_rel_close
+from fused_checks import BIG, assert_rel_close, dense_mask
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_npuprecision.ops.fused import RandomFusedCall, attention, fused_op
 
 fusion_attention = fused_op("npu_fusion_attention").reference
 fusion_attention_grad = fused_op("npu_fusion_attention_grad").reference
-BIG = 2147483647
-
-
-def dense_mask(mode, sq, skv, pre=BIG, nxt=BIG, given=None, prefix=0):
-    """[sq, skv] bool, True = masked, from the documented sparse_mode rules, one pair at a time."""
-    rows = []
-    for i in range(sq):
-        row = []
-        for j in range(skv):
-            if mode == 0:
-                out = bool(given[i][j]) or j - i > nxt or i - j > pre
-            elif mode == 1:
-                out = bool(given[i][j])
-            elif mode == 2:
-                out = j > i
-            elif mode == 3:
-                out = j > i + skv - sq
-            elif mode == 4:
-                out = j - i - (skv - sq) > nxt or (i + skv - sq) - j > pre
-            else:  # 6: prefix
-                out = j > i + skv - sq and j >= prefix
-            row.append(out)
-        rows.append(row)
-    return torch.tensor(rows)
 
 
 def expected_bnsd(q, k, v, scale, masked=None, pse=None):

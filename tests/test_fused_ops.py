@@ -339,6 +339,8 @@ def half_calls(dtype):
         "npu_gelu_mul": lambda: ref("npu_gelu_mul")(x4, approximate="tanh"),
         "npu_sparse_flash_attention": lambda: ref("npu_sparse_flash_attention")(
             t(2, 3, 2, 8), t(2, 5, 1, 8), t(2, 5, 1, 8), torch.tensor([0, 4, 2, -1]).repeat(2, 3, 1, 1), 0.3, 1),
+        "npu_lightning_indexer": lambda: ref("npu_lightning_indexer")(t(2, 3, 4, 8), t(2, 5, 1, 8), t(2, 3, 4),
+                                                                     sparse_count=4),
         "npu_kv_rmsnorm_rope_cache": lambda: ref("npu_kv_rmsnorm_rope_cache")(
             t(2, 1, 3, 16), t(8), t(2, 1, 3, 8), t(2, 1, 3, 8), torch.tensor([[0, 2, -1], [1, 3, 0]]), t(2, 1, 4, 8),
             t(2, 1, 4, 8), is_output_kv=True),
@@ -373,24 +375,31 @@ def half_calls(dtype):
         "npu_dynamic_block_quant": lambda: ref("npu_dynamic_block_quant")(t(3, 160)),
         "npu_convert_weight_to_int4pack": lambda: ref("npu_convert_weight_to_int4pack")(
             torch.arange(-8, 8, dtype=torch.int32).repeat(2, 1)),
+        "npu_dynamic_quant_asymmetric": lambda: ref("npu_dynamic_quant_asymmetric")(x4),
+        "npu_group_quant": lambda: ref("npu_group_quant")(t(5, 8) * 40, t(2, 8), torch.tensor([2, 5]), offset=t(1)),
+        "npu_quant_scatter": lambda: ref("npu_quant_scatter")(
+            torch.zeros(2, 4, 8, dtype=torch.int8), torch.tensor([1, 2]), t(2, 2, 8) * 9, t(8).abs() + 0.1, t(8)),
+        "npu_anti_quant": lambda: ref("npu_anti_quant")(
+            torch.arange(-16, 16, dtype=torch.int8).reshape(4, 8), t(8), offset=t(8), dst_dtype=t(1).dtype),
     }
 
 
 FLOAT32_STATISTICS = {"npu_rms_norm": (1,), "npu_add_rms_norm": (1,), "npu_dynamic_quant": (1,),
                       "npu_fused_infer_attention_score": (1,), "npu_fused_infer_attention_score_v2": (1,),
-                      "npu_dynamic_block_quant": (1,),
+                      "npu_dynamic_block_quant": (1,), "npu_dynamic_quant_asymmetric": (1, 2),
                       "npu_rms_norm_backward": (1,), "npu_one_hot": (0,), "npu_sign_bits_unpack": (0,)}
 UINT8_OUTPUTS = {"npu_sign_bits_pack": (0,)}
 INT64_OUTPUTS = {"npu_moe_init_routing_v2": (2,)}
 MOE_FLOAT32 = {"npu_moe_gating_top_k": (2,), "npu_moe_init_routing_v2": (3,)}  # norm_out, expanded_scale
-INT8_OUTPUTS = {"npu_dynamic_quant": (0,), "npu_quantize": (0,), "npu_dynamic_block_quant": (0,)}
+INT8_OUTPUTS = {"npu_dynamic_quant": (0,), "npu_quantize": (0,), "npu_dynamic_block_quant": (0,),
+                "npu_dynamic_quant_asymmetric": (0,), "npu_group_quant": (0,), "npu_quant_scatter": (0,)}
 # mx quantizers: float8 elements and their e8m0 scale bits as uint8
 MX_OUTPUTS = {"npu_dynamic_mx_quant": (torch.float8_e4m3fn, torch.uint8),
               "npu_grouped_dynamic_mx_quant": (torch.float8_e5m2, torch.uint8)}
 INT32_OUTPUTS = {"npu_moe_gating_top_k": (1,), "npu_moe_init_routing": (1, 2), "npu_moe_init_routing_v2": (1,),
                  "npu_moe_compute_expert_tokens": (0,), "npu_moe_token_permute_with_routing_map": (2,),
                  "npu_moe_gating_top_k_softmax": (1, 2), "npu_moe_token_permute": (1,), "npu_max": (1,),
-                 "npu_min": (1,), "npu_convert_weight_to_int4pack": (0,)}
+                 "npu_min": (1,), "npu_convert_weight_to_int4pack": (0,), "npu_lightning_indexer": (0,)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from fused_checks import BIG, dense_mask
 
 from pytest_npuprecision import Status, check_call
 from pytest_npuprecision.bounds.accumulation import ACCUMULATION_RULES
@@ -21,31 +22,17 @@ pfa = fused_op("npu_prompt_flash_attention").reference
 ifa = fused_op("npu_incre_flash_attention").reference
 fia = fused_op("npu_fused_infer_attention_score").reference
 fia_v2 = fused_op("npu_fused_infer_attention_score_v2").reference
-BIG = 2147483647
 COMPRESSED = torch.ones(2048, 2048, dtype=torch.bool).triu(1)  # the 2048x2048 mask sparse modes 2-4 take
 B, N, N_KV, S, S_KV, D = 2, 4, 2, 6, 8, 8
 SCALE = 1 / math.sqrt(D)
 
 
 def keeps(mode, sq, skv, pre=BIG, nxt=BIG, given=None):
-    """[sq, skv] bool, True = attended, pair by pair from the docs' sparse_mode rules."""
-    rows = []
-    for i in range(sq):
-        row = []
-        for j in range(skv):
-            if mode == 0:
-                out = given is not None and (bool(given[i][j]) or j - i > nxt or i - j > pre)
-            elif mode == 1:
-                out = bool(given[i][j])
-            elif mode == 2:
-                out = j > i
-            elif mode == 3:
-                out = j > i + skv - sq
-            else:  # 4: the band from the bottom-right corner
-                out = j - i - (skv - sq) > nxt or (i + skv - sq) - j > pre
-            row.append(not out)
-        rows.append(row)
-    return torch.tensor(rows)
+    """[sq, skv] bool, True = attended, from the docs' sparse_mode rules; mode 0 without a mask keeps every pair
+    (the inference ops ignore the tokens then)."""
+    if mode == 0 and given is None:
+        return torch.ones(sq, skv, dtype=torch.bool)
+    return ~dense_mask(mode, sq, skv, pre, nxt, given)
 
 
 def attend(q, k, v, scale, keep=None):

@@ -1,4 +1,4 @@
-"""Block and microscaling quantizers and int4 packing against their float64 references (ops/fused/mx_quantization.py).
+"""Block and microscaling quantizers and int4 packing against their float64 references (ops/fused/quantization/mx.py).
 
 Each reference equals an independent per-block formulation written here in Python floats, on fixed inputs with an
 all-zero block, one huge value, values past the float8 saturation limit, negatives and half-way values; a fair

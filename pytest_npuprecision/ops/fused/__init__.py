@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import (activations, attention, grouped_matmul, integer_quantization, losses, matmul, misc, moe, mx_quantization,
-               norms, optimizers, quantization, rotary, tensor_ops)
+from . import (activations, attention, grouped_matmul, losses, matmul, misc, moe, norms, optimizers, quantization,
+               rotary, tensor_ops)
 from .record import FusedOp, RandomFusedCall, UnjudgedFusedCall
 
 FUSED_OPS: Mapping[str, FusedOp] = {
     op.name: op for module in (attention, norms, rotary, activations, matmul, grouped_matmul, misc, moe, quantization,
-                               integer_quantization, mx_quantization, optimizers, tensor_ops, losses)
+                               optimizers, tensor_ops, losses)
     for op in module.OPS
 }
 

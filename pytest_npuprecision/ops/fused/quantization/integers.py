@@ -1,18 +1,19 @@
-"""Integer quantizers by given or per-token asymmetric scales, and their inverse.
+"""Integer quantizers: per-token dynamic quantization (symmetric and asymmetric) and quantization by given scales
+(per tensor, channel or group, and quantize-then-scatter), and their inverse.
 
-The quantizers (asymmetric per-token, grouped, quantize-then-scatter) follow quantization.py: in a float64 call
-(the golden) the integer output is the exact value before rounding, saturated to int8's range, which the quantized
-standard rounds either way at a half; otherwise it is computed in float32 and rounded. Their float outputs (a scale,
-an offset) are judged by the error bound. npu_anti_quant, integers back to floats, is a float op: (x + offset)
-times scale in float32, one rounding to the output dtype, judged by the error bound against float64.
+In a float64 call (the golden) a quantizer's integer output is the exact value before rounding, saturated to its
+integer range, which the quantized standard rounds either way at a half; otherwise it is computed in float32 and
+rounded. Their float outputs (a scale, an offset) are judged by the error bound. npu_anti_quant, integers back to
+floats, is a float op: (x + offset) times scale in float32, one rounding to the output dtype, judged by the error
+bound against float64.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .opmath import int_list
-from .record import FusedOp, UnjudgedFusedCall
+from ..opmath import int_list
+from ..record import FusedOp, UnjudgedFusedCall
 
 INT8_MIN, INT8_MAX = -128, 127
 _INT4_PER_INT32 = 8
@@ -153,12 +154,83 @@ def npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
     return y.to(dst_dtype or (torch.float64 if golden else torch.float16))
 
 
+def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None):
+    """torch_npu.npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None) -> (y, scale)
+
+    Symmetric per-token int8 quantization over the last dim: x (times smooth_scales; with group_index,
+    smooth_scales[g] times rows group_index[g-1]:group_index[g]) is divided by scale = its row's largest
+    |value| / 127, and rounded: y int8, scale float32 of x's shape less its last dim. In a float64 call
+    (the golden) y is that quotient unrounded, which the quantized standard rounds either way at a half."""
+    if dst_type is not None and dst_type != torch.int8:
+        raise UnjudgedFusedCall(f"dst_type {dst_type} (int4 packed into int32) has no reference here")
+    golden = x.dtype == torch.float64
+    wide = torch.float64 if golden else torch.float32
+    values = x.to(wide)
+    if smooth_scales is not None and group_index is None:
+        values = values * smooth_scales.to(wide)
+    elif smooth_scales is not None:
+        rows, start = values.reshape(-1, values.shape[-1]).clone(), 0
+        for group, end in enumerate(int_list(group_index)):
+            rows[start:end] = rows[start:end] * smooth_scales[group].to(wide)
+            start = max(start, end)
+        values = rows.reshape(values.shape)
+    scale = values.abs().amax(-1) / INT8_MAX
+    quotient = torch.where(scale[..., None] > 0, values / scale[..., None].clamp(min=torch.finfo(wide).tiny), 0)
+    quotient = quotient.clamp(-INT8_MAX - 1, INT8_MAX)
+    if golden:
+        return quotient, scale
+    return torch.round(quotient).to(torch.int8), scale.to(torch.float32)
+
+
+# What npu_quantize's dtype argument makes: the integer type, and its range the result saturates to.
+# What npu_quantize's dtype argument makes: the integer type, and its range the result saturates to.
+_QUANTIZED_TO = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.int8: torch.int8, torch.uint8: torch.uint8,
+                 torch.int32: torch.int32, torch.qint32: torch.int32}
+
+
+def npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True):
+    """torch_npu.npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True) -> Tensor
+
+    input / scales + zero_points (div_mode False: input * scales + zero_points), rounded and saturated to
+    dtype's integers (qint8 and quint8 give int8 and uint8, int32 int32). A 1-D scales (and zero_points)
+    runs along the second-to-last dim where axis is -2, else along the last. Computed in float32; in a
+    float64 call (the golden) the result is that value unrounded, as the quantized standard reads it."""
+    target = _QUANTIZED_TO.get(dtype)
+    if target is None:
+        raise UnjudgedFusedCall(f"dtype {dtype} (torch.quint4x2 packs 8 int4 values into an int32) has no "
+                                f"reference here")
+    golden = input.dtype == torch.float64
+    wide = torch.float64 if golden else torch.float32
+    along = -2 if axis == -2 else -1
+
+    def placed(t):
+        t = t.to(wide)
+        if t.dim() == 1 and t.numel() > 1 and input.dim() > 1:
+            shape = [1] * input.dim()
+            shape[along] = t.numel()
+            t = t.reshape(shape)
+        return t
+
+    value = input.to(wide) / placed(scales) if div_mode else input.to(wide) * placed(scales)
+    if zero_points is not None:
+        value = value + placed(zero_points)
+    info = torch.iinfo(target)
+    value = value.clamp(info.min, info.max)
+    return value if golden else torch.round(value).to(target)
+
+
 OPS = (
+    FusedOp("npu_dynamic_quant", npu_dynamic_quant,
+            "npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)",
+            "y (int8; unrounded in the float64 golden), scale (float32)", "dst_type torch.quint4x2 (int4 packing)"),
+    FusedOp("npu_quantize", npu_quantize, "npu_quantize(input, scales, zero_points, dtype, axis=1, div_mode=True)",
+            "y (int8, uint8 or int32; unrounded in the float64 golden)", "dtype torch.quint4x2 (int4 packing)"),
     FusedOp("npu_dynamic_quant_asymmetric", npu_dynamic_quant_asymmetric,
             "npu_dynamic_quant_asymmetric(x, *, smooth_scales=None, group_index=None, dst_type=None)",
             "y (int8; unrounded in the float64 golden), scale, offset (float32)",
             "dst_type torch.quint4x2 (int4 packing); a constant row (scale 0)"),
-    FusedOp("npu_group_quant", npu_group_quant, "npu_group_quant(x, scale, group_index, *, offset=None, dst_dtype=None)",
+    FusedOp("npu_group_quant", npu_group_quant,
+            "npu_group_quant(x, scale, group_index, *, offset=None, dst_dtype=None)",
             "y (int8; unrounded in the float64 golden)", "dst_dtype torch.quint4x2 (int4 packing)"),
     FusedOp("npu_quant_scatter", npu_quant_scatter,
             "npu_quant_scatter(input, indices, updates, quant_scales, quant_zero_points=None, axis=-2, quant_axis=-1, "

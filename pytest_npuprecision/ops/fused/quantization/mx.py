@@ -16,8 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .opmath import int_list, statistic_dtype
-from .record import FusedOp, UnjudgedFusedCall
+from ..opmath import int_list, statistic_dtype
+from ..record import FusedOp, UnjudgedFusedCall
 
 E8M0_BIAS = 127
 E8M0_NAN = 255
