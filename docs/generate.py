@@ -115,6 +115,16 @@ def traits(record: OpRecord) -> str:
     return ", ".join(found) or "—"
 
 
+def skips(record: OpRecord) -> str:
+    """Why its cases skip, where they do: nothing a golden computes, random draws, a mode its reference lacks."""
+    said = [f"skips as `{record.unjudged[0]}`: {cell(record.unjudged[1])}"] if record.unjudged else []
+    if record.random is not None:
+        said.append(f"skips as `random-op`: {cell(record.random.describe())}")
+    if record.reference is not None and record.reference.unsupported and not record.unjudged:
+        said.append(cell(record.reference.unsupported))
+    return "; ".join(said) or "—"
+
+
 def ops_page() -> str:
     data = yaml.safe_load((DATA / "ops.yaml").read_text(encoding="utf-8"))
     records = catalogue()
@@ -123,14 +133,13 @@ def ops_page() -> str:
              r.table.backward or "—", r.table.level, str(r.roundings), reduction(r),
              r.math_family or "—", traits(r),
              f"[{r.statistics}](../offline.md#statistics-dumps)" if r.statistics else "—",
-             f"`{r.reference.signature.split('(')[0]}`" if r.reference else "—",
-             f"skips as `{r.unjudged[0]}`: {cell(r.unjudged[1])}" if r.unjudged
-             else cell(r.reference.unsupported) if r.reference and r.reference.unsupported else "—"] for r in records]
+             f"`{r.reference.signature.split('(')[0]}`" if r.reference else "—", skips(r)] for r in records]
     parts = [HEADER.format(source="the op catalogue, pytest_npuprecision.ops.catalogue"), "# Op catalogue\n\n",
              f"Everything the harness knows about each of its {len(records)} ops, one row per record of "
              "`pytest_npuprecision.ops.catalogue`, which joins the op table (`pytest_npuprecision/data/ops.yaml`: "
              "standard, level, roundings), the accumulation rules (`pytest_npuprecision/bounds/accumulation.py`), "
-             "the torch_npu references (`pytest_npuprecision/ops/fused/`) and its own traits, and refuses tables "
+             "the torch_npu references (`pytest_npuprecision/ops/fused/`), which ops draw random numbers "
+             "(`pytest_npuprecision/ops/randomness.py`) and its own traits, and refuses tables "
              "that contradict each other. Names are msprobe's after the prefix (`Functional.gelu` → `gelu`); "
              "dunders and in-place variants are folded (`Tensor.__iadd__`, `Tensor.add_` → `add`). An op with "
              "no standard uses `error_bound` for float outputs; integer and bool outputs are always `binary`. "

@@ -16,9 +16,9 @@ import torch
 
 from pytest_npuprecision import Accumulation, judge, render_message
 from pytest_npuprecision.precision.meanings import (
-    GATE_SECTION, ROUNDING_SECTION, STANDARDS_PAGE, failure_sections, standard_section,
+    GATE_SECTION, ROUNDING_SECTION, STANDARDS_PAGE, failure_sections,
 )
-from pytest_npuprecision.precision.rules import STANDARD_NAMES
+from pytest_npuprecision.precision.standards import STANDARDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -88,7 +88,7 @@ def test_the_site_builds_strictly(tmp_path):
 
 def test_every_section_a_failure_can_link_to_exists():
     page = ROOT / STANDARDS_PAGE
-    sections = {standard_section(name) for name in STANDARD_NAMES} | {GATE_SECTION, ROUNDING_SECTION}
+    sections = {s.section for s in STANDARDS.listed} | {GATE_SECTION, ROUNDING_SECTION}
     missing = sorted(s for s in sections if s.partition("#")[2] not in anchors(page))
     assert missing == [], f"docs/standards.md has no heading for {missing}"
 

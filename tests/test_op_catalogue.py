@@ -207,3 +207,11 @@ def test_a_registered_op_with_a_known_reference_is_judged_by_its_record():
         assert verdict.status is Status.ERROR, verdict.message()
     finally:
         unregister_op("half_prod_kernel")
+
+
+def test_whether_an_op_draws_random_numbers_is_in_its_record():
+    dropout = op_record("dropout").random
+    assert dropout.reason((None, 0.5, True), {}) == "p=0.5, training=True"
+    assert dropout.reason((None, 0.0), {}) is None and dropout.reason((), {"training": False}) is None
+    assert op_record("bernoulli").random.every_call and op_record("add").random is None
+    assert op_record("lstm").math_family == "rnn" and not op_record("lstm").random.every_call  # one record

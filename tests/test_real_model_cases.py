@@ -151,7 +151,7 @@ def test_a_device_that_cannot_replay_a_call_skips_instead_of_blaming_the_dump(tm
     w = torch.randn(8, 16)
     writer.call("Functional.linear.0", (x, w), outputs=(_linear_under_autocast(x, w, None),))
     dump = writer.load()
-    monkeypatch.setattr("pytest_npuprecision.checks.case_run.inferred_autocast", lambda *a: (None, None))  # replay as before
+    monkeypatch.setattr("pytest_npuprecision.checks.prepared_case.inferred_autocast", lambda *a: (None, None))  # replay as before
     with pytest.raises(CaseSkipped) as skipped:
         run_case(dump.cases[0], dump.data_dir, Settings(device="cpu"))
     assert skipped.value.reason == "replay-error"

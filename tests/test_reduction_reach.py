@@ -32,7 +32,7 @@ OPS = {
 # hides under the bound's mean, but not under what a sequential order errs (order_rmse_ratio).
 NOISE_REACH = {name: max(LENGTHS) for name in OPS}
 # A bias reaches every K: where it hides under the bound's share (a fifth of it at K = 8192), its
-# 64 rows show it many standard errors from zero (standards._bias_limit).
+# 64 rows show it many standard errors from zero (standards.bound._bias_limit).
 BIAS_REACH = {name: max(LENGTHS) for name in OPS}
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from fixtures import judged_here
 
-from pytest_npuprecision.dump import random_ops
 from pytest_npuprecision.dump.fingerprint import update_with_tensor
+from pytest_npuprecision.ops.catalogue import op_record, random_reason
+from pytest_npuprecision.ops.randomness import folded_name, seeded_aten_ops
 
 DUMPS = Path(__file__).resolve().parent / "data" / "replay"
 _reports = (f"report_{i}" for i in itertools.count())
@@ -36,10 +37,13 @@ def statuses(records: dict[str, dict]) -> dict[str, str]:
 # ---------------------------------------------------------------- random ops
 
 def test_every_op_the_installed_torch_tags_seeded_is_random():
-    tagged = random_ops.seeded_aten_ops()  # whatever this torch's version tags
+    tagged = seeded_aten_ops()  # whatever this torch's version tags
     assert {"bernoulli", "randn", "multinomial"} <= tagged
-    assert tagged - set(random_ops._RANDOM_UNLESS) <= random_ops.always_random()
-    assert "add" not in random_ops.always_random() and "dropout" not in random_ops.always_random()
+    switched = {name for name in tagged if op_record(folded_name(name)).random is not None
+                and not op_record(folded_name(name)).random.every_call}
+    assert {"dropout", "rrelu", "lstm"} <= switched
+    assert all(random_reason(name, (), {}) == "always" for name in tagged - switched)
+    assert random_reason("add", (), {}) is None and random_reason("dropout", (None, 0.0), {}) is None
 
 
 def test_random_windows_skip_and_recorded_windows_are_judged(pytester):
@@ -160,9 +164,7 @@ def test_arguments_that_do_not_bind_blame_the_replay_not_the_dump(pytester):
 
 
 def test_ops_whose_result_is_uninitialized_memory_skip_as_random():
-    from pytest_npuprecision.dump.descriptors import DecodedCall
-    from pytest_npuprecision.dump.random_ops import random_reason
-
-    for name in ("Tensor.resize_", "Torch.resize_as_", "Torch.empty_like", "Tensor.new_empty"):
-        assert random_reason(name, DecodedCall((), {})) == "its result is uninitialized memory", name
-    assert random_reason("Torch.zeros_like", DecodedCall((), {})) is None
+    for name in ("resize_", "resize_as_", "empty_like", "new_empty"):
+        assert random_reason(name, (), {}) == "its result is uninitialized memory", name
+    assert random_reason("zeros_like", (), {}) is None
+    assert random_reason("resize", (), {}) is None  # not in place: a view of the same elements

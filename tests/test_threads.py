@@ -78,13 +78,13 @@ def test_a_count_set_before_the_run_reads_as_the_users(process_threads):
 
 def test_a_small_dump_case_runs_with_one_thread_and_gives_the_count_back(per_case_run, monkeypatch):
     seen = []
-    original = case_run.run_call
+    original = case_run.replay
 
     def recording(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(case_run, "run_call", recording)
+    monkeypatch.setattr(case_run, "replay", recording)
     dump = load_dump(next(fixture_dump("mlp_statistics").rglob("dump.json")))
     case = next(c for c in dump.cases if c.key == "Functional.linear.0.forward")
     run_case(case, dump.data_dir, Settings(device="cpu"))

@@ -1,6 +1,8 @@
 """Run one dump case end to end and keep what happened as a plain record.
 
-dump case -> concrete inputs -> device, golden and baseline runs -> one verdict per compared tensor.
+A dump case runs in four steps, each a call into its own layer: prepare (checks/prepared_case.py: the
+entries become one replay.prepared.PreparedCall), replay (replay.runner.replay: device, golden and
+baseline runs), judge (checks/judging.py: one verdict per compared tensor) and record (a CaseResult).
 This module knows nothing of pytest; the plugin turns a CaseResult into a pass, skip or failure.
 """
 
@@ -16,25 +18,20 @@ import torch
 
 from ..backends import Backend, DumpedOutputs, float32_modes_of, load_backend
 from ..common.math_modes import DEFAULT_POLICY
-from ..common.memory_sizes import format_size
 from ..common.torch_compat import missing_kernel
-from ..dump.arguments import materialize
-from ..dump.autocast import dtype_differences, inferred_autocast, recorded_dtypes
-from ..dump.descriptors import CaseEntries, DescriptorError, DumpDataError
+from ..dump.autocast import dtype_differences
+from ..dump.descriptors import CaseEntries, DescriptorError
 from ..dump.dump_cases import DumpCase
 from ..dump.entries import EntryUnreadable
-from ..dump.fingerprint import InputFingerprint, fingerprint
-from ..dump.recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
-from ..ops.allowlist import unsafe_argument
-from ..ops.namesakes import NoSingleNamesake, unknown_keywords
-from ..ops.resolution import choose_namesake, resolve
+from ..ops.namesakes import unknown_keywords
 from ..precision.error_profile import error_profile
 from ..precision.metrics import Accumulation, Metrics
 from ..precision.rules import Rules
 from ..precision.verdict import Status
 from ..replay import threads
-from ..replay.memory_budget import case_bytes, input_elements
-from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, golden_runs, run_call
+from ..replay.memory_budget import input_elements
+from ..replay.prepared import PreparedCall
+from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, RunResult, golden_runs, replay
 from .baseline_dump import BaselineDump
 from .collectives.fused import FUSED
 from .collectives.ranks import DumpIndex
@@ -43,6 +40,7 @@ from .dump_pairing import Partner, argument_difference
 from .error_data import save_error_data
 from .judging import judge, parted_checks
 from .outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
+from .prepared_case import BaselineMismatch, PreparedCase, check_random, prepare
 from .recorded_baseline import RecordedBaseline, RecordedCase
 from .statistics.run import StatisticsPartner, run_statistics_case
 from .statistics.summaries import what_was_recorded
@@ -52,10 +50,6 @@ class ReplayError(Exception):
     """The harness replayed the call wrongly: a harness error, never the dump's fault. msprobe
     recorded the call after it ran, so arguments that do not bind to the op we call mean that our
     name resolution or argument reconstruction is wrong, not the dump."""
-
-
-class BaselineMismatch(CaseInputError):
-    """The recorded baseline was made from other inputs or outputs than this run's: no fair comparison."""
 
 
 @dataclass(frozen=True)
@@ -127,85 +121,88 @@ def _run_case(case: DumpCase, data_dir: Path, settings: Settings) -> CaseResult:
     skip = case.decoded_skip(entries)
     if skip is not None:
         raise CaseSkipped(skip[0].value, skip[1])
+    check_random(case, entries)
     # Its threads by the size its dump declares, before anything is made (replay/threads.py).
     with threads.for_case(input_elements(entries)):
         return _replayed(case, entries, data_dir, settings, started)
 
 
 def _replayed(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Settings, started: float) -> CaseResult:
-    op = resolve(case.api.rsplit(".", 1)[0])
-    offline = isinstance(settings.device, DumpedOutputs)
-    if offline and _by_statistics(case, entries, settings):
+    """prepare -> replay -> judge -> record, each a call into its own layer."""
+    if isinstance(settings.device, DumpedOutputs) and _by_statistics(case, entries, settings):
         return _statistics_case(case, entries, settings)
-    if op.unsupported and not (offline and op.reference is not None):
-        raise CaseSkipped(op.unsupported_reason, op.unsupported)
-    _check_budget(case, entries, settings)
-    try:
-        materialized = materialize(case, data_dir, entries=entries)
-        results = recorded_results(case, entries, data_dir) if offline else None
-    except (DumpDataError, DescriptorError) as exc:
-        raise CaseInputError(str(exc)) from None
-    except NothingRecorded as exc:
-        raise CaseSkipped("no-recorded-output", str(exc)) from None
-    if op.namesakes:  # Torch.svd: torch.svd or torch.linalg.svd, as the recorded call says
-        try:
-            op = choose_namesake(op, materialized.args, materialized.kwargs, forward_output_shapes(entries),
-                                 lambda: forward_output_tensors(case, entries, data_dir))
-        except NoSingleNamesake as exc:
-            raise CaseSkipped("ambiguous-op", f"{case.key}: {exc}") from None
-    unsafe = unsafe_argument(op.base_name, materialized.args, materialized.kwargs)
-    if unsafe is not None:
-        raise CaseSkipped("unsupported-op", f"{case.key}: {unsafe}")
-    backward = case.direction == "backward"
-    if backward and not materialized.requires_grad:
-        raise CaseSkipped("no-differentiable-input", f"{case.key}: no input of the forward call requires grad")
-    # Before the dumped devices are replaced: the fingerprint must not depend on this machine.
-    prints = fingerprint(materialized)
-    recorded = _recorded(case, prints, settings.baseline)
+    prepared = prepare(case, entries, data_dir, settings)
+    # Beside a baseline dump, its partner there is judged on its own first: its metrics are the baseline.
     partner, unpaired = _partner(case, settings) if isinstance(settings.baseline, BaselineDump) else (None, None)
-    inputs = materialized.with_device(settings.device.device)
+    run = _replay(case, prepared.call, settings)
+    judged = _judge(case, prepared, run, settings, partner, unpaired)
+    return _record(case, prepared, run, judged, settings, partner, unpaired, started)
+
+
+def _replay(case: DumpCase, call: PreparedCall, settings: Settings) -> RunResult:
+    """The call run on the device, the golden and a live baseline; a failure as the case reports it."""
     live = settings.baseline if isinstance(settings.baseline, Backend) else None
-    forward_dtypes = recorded_dtypes(entries.output(), "output")
-    autocast, inferred = inferred_autocast(op.base_name, _leaves(inputs.args, inputs.kwargs), forward_dtypes,
-                                           _has_dtype(inputs.args, inputs.kwargs), op.inplace)
     try:
-        run = run_call(op, inputs.args, inputs.kwargs, device=settings.device, golden=settings.golden,
-                       baseline=live, backward=backward, grad_outputs=inputs.grad_outputs if backward else None,
-                       requires_grad=inputs.requires_grad, seed=case.seed, autocast=autocast, recorded=results,
-                       golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
+        run = replay(call, device=settings.device, golden=settings.golden, baseline=live)
     except OpExecutionError as exc:
-        raise _replay_failure(case, op, inputs, exc, settings) from None
+        raise _replay_failure(case, call, exc, settings) from None
     except GoldenNotWide as exc:
         raise CaseInputError(f"{case.key} ({case.source}): {exc}") from None
     if run.error:
         raise CaseInputError(f"{case.key} ({case.source}): {run.error}")
+    return run
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """A replayed case's verdicts, with the notes and guesses they were judged with."""
+
+    outputs: tuple[OutputVerdict, ...]
+    notes: tuple[str, ...]
+    guesses: tuple[str, ...]
+    differences: tuple[str, ...]  # outputs judged in another dtype than the dump recorded
+
+
+def _judge(case: DumpCase, prepared: PreparedCase, run: RunResult, settings: Settings, partner: CaseResult | None,
+           unpaired: tuple[str, str] | None) -> _Judged:
+    """Each compared tensor judged against its golden, beside a recorded or partner baseline where there is one."""
+    backward = prepared.call.backward
     compared = run.grads if backward else run.outputs
-    if not compared and offline:
+    if not compared and isinstance(settings.device, DumpedOutputs):
         why = "; ".join(n for n in run.notes if "dump" in n) or "none of its recorded tensors is an argument's"
         raise CaseSkipped("no-recorded-output", f"{case.key}: no recorded result can be judged offline: {why}")
     if not compared:
         raise CaseSkipped("nothing-to-compare", f"{case.key}: the call produced no tensor to compare")
-    recorded_out = recorded_dtypes(entries.output(backward=True), "output") if backward else forward_dtypes
     differences = dtype_differences({o.name: o.actual.dtype for o in compared if o.actual.is_floating_point()},
-                                    recorded_out)
-    guesses = (*inputs.guesses, *([inferred] if inferred else []), *differences)
-    rules = op.own_rules(settings.rules)
+                                    prepared.recorded_dtypes)
+    guesses = (*prepared.guesses, *differences)
+    rules = prepared.call.op.own_rules(settings.rules)
     overflowed = run.overflowed if backward else None
     notes = (*guesses, *run.notes, *([unpaired[1]] if unpaired else []))
-    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, recorded, settings), overflowed,
-                            settings.float32) if partner is None else _judged_beside(out, case, rules, notes, partner,
-                                                                                  overflowed, settings.float32)
-                    for out in compared)
+    float32 = prepared.call.float32
+    outputs = tuple(_judged(out, case, rules, notes, _recorded_metrics(case, out, prepared.recorded, settings),
+                            overflowed, float32) if partner is None else
+                    _judged_beside(out, case, rules, notes, partner, overflowed, float32) for out in compared)
+    return _Judged(outputs, notes, guesses, tuple(differences))
+
+
+def _record(case: DumpCase, prepared: PreparedCase, run: RunResult, judged: _Judged, settings: Settings,
+            partner: CaseResult | None, unpaired: tuple[str, str] | None, started: float) -> CaseResult:
+    """The case's record: its verdicts, timings and baseline state, and its tensors saved where it fails."""
+    outputs = judged.outputs
+    compared = run.grads if prepared.call.backward else run.outputs
     status = Status.worst(o.verdict.status for o in outputs)
     saved = None
     if settings.error_data is not None and status in (Status.ERROR, Status.WARNING):
-        saved = save_error_data(settings.error_data, case.case_id, materialized.args, materialized.kwargs, compared)
-    state = "none" if settings.baseline is None else "live" if live else "recorded" if recorded else \
+        inputs = prepared.host_inputs
+        saved = save_error_data(settings.error_data, case.case_id, inputs.args, inputs.kwargs, compared)
+    live = isinstance(settings.baseline, Backend)
+    state = "none" if settings.baseline is None else "live" if live else "recorded" if prepared.recorded else \
         "dump" if partner else "unpaired" if unpaired else "missing"
     partner_seconds = partner.op_seconds if partner else 0.0
-    return CaseResult(case, status, outputs, notes, time.perf_counter() - started,
-                      run.device_seconds + run.golden_seconds + run.baseline_seconds + partner_seconds, prints, state,
-                      guesses=guesses, dtype_differences=tuple(differences),
+    return CaseResult(case, status, outputs, judged.notes, time.perf_counter() - started,
+                      run.device_seconds + run.golden_seconds + run.baseline_seconds + partner_seconds,
+                      prepared.fingerprint, state, guesses=judged.guesses, dtype_differences=judged.differences,
                       float32_mode=run.float32_mode if any(o.actual.dtype == torch.float32 for o in compared) else None,
                       error_data=saved, partner=partner, unpaired=unpaired[0] if unpaired else "",
                       parted=tuple(f"{o.name}: {c.describe()}" for o in outputs if partner
@@ -241,28 +238,12 @@ def _statistics_case(case: DumpCase, entries: CaseEntries, settings: Settings) -
     return run_statistics_case(case, entries, settings, partner, unpaired)
 
 
-def _leaves(args, kwargs) -> list[Any]:
-    found: list[Any] = []
-    stack = [*args, *kwargs.values()]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, (list, tuple)):
-            stack.extend(value)
-        else:
-            found.append(value)
-    return found
-
-
-def _has_dtype(args, kwargs) -> bool:
-    """A dtype argument chooses the output's dtype itself (sum(dtype=), softmax(dtype=), to)."""
-    return any(isinstance(v, torch.dtype) for v in _leaves(args, kwargs))
-
-
-def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings: Settings) -> Exception:
+def _replay_failure(case: DumpCase, call: PreparedCall, exc: OpExecutionError, settings: Settings) -> Exception:
     """The op raised. When the float64 golden runs the same inputs, the dump is fine and this run
     cannot replay the call on its device: a skip that says so. A TypeError on both sides is our
     replay binding the arguments wrongly: a ReplayError. Otherwise the dump's arguments do not fit
     the op: an input error of the dump."""
+    op = call.op
     if type(exc.__cause__).__name__ == "RandomFusedCall":  # a fused op's own check: its dropout is on
         return CaseSkipped("random-op", f"{case.key}: {exc.__cause__}")
     if type(exc.__cause__).__name__ == "UnjudgedFusedCall":  # a mode its reference does not compute
@@ -271,45 +252,16 @@ def _replay_failure(case: DumpCase, op, inputs, exc: OpExecutionError, settings:
     lacking = missing_kernel(op.api_name, exc.side, exc.__cause__) if exc.side.startswith("device") else None
     if lacking is not None:  # the device's torch is not built for this dtype: no fault of the dump or the replay
         return CaseSkipped("no-kernel", f"{case.key}: {lacking}")
-    if exc.side.startswith("device") and golden_runs(op, inputs.args, inputs.kwargs, settings.golden):
+    if exc.side.startswith("device") and golden_runs(op, call.args, call.kwargs, settings.golden):
         return CaseSkipped("replay-error", f"{case.key}: the device raised where the float64 golden runs the same "
                                            f"inputs, so the dump is not at fault: {exc}")
     # The arguments do not bind: the replay chose them, not the model. Unless the dump names a keyword
     # the op has no parameter for: no call of it could have been recorded so, and the dump is at fault.
     if isinstance(exc.__cause__, TypeError) and op.func is not None \
-            and not unknown_keywords(op.func, inputs.kwargs):
+            and not unknown_keywords(op.func, call.kwargs):
         return ReplayError(f"{case.key} ({case.source}): the replay is at fault, not the dump: msprobe recorded "
                            f"this call as the model made it, but the replay's arguments do not bind: {exc}")
     return CaseInputError(f"{case.key} ({case.source}): {exc}")
-
-
-def _check_budget(case: DumpCase, entries: CaseEntries, settings: Settings) -> None:
-    """Skip a case whose dumped shapes need more memory than the budget, before anything is allocated."""
-    if settings.max_case_bytes is None:
-        return
-    # A baseline dump's partner is judged before the case, not beside it: it needs no room of its own.
-    beside = settings.baseline is not None and not isinstance(settings.baseline, BaselineDump)
-    need = case_bytes(entries, direction=case.direction, baseline=beside)
-    if need > settings.max_case_bytes:
-        raise CaseSkipped("too-large", f"{case.key}: its tensors need about {format_size(need)} on the host, the device "
-                                       f"and the golden, past the budget of {format_size(settings.max_case_bytes)}; "
-                                       f"raise --npu-precision-max-case-memory to run it")
-
-
-def _recorded(case: DumpCase, prints: InputFingerprint, baseline) -> RecordedCase | None:
-    """This case's entry in a recorded baseline; None when there is no file or the file lacks the case."""
-    if not isinstance(baseline, RecordedBaseline):
-        return None
-    entry = baseline.cases.get(case.case_id)
-    if entry is None:
-        return None
-    difference = prints.difference(entry.fingerprint)
-    if difference:
-        raise BaselineMismatch(
-            f"{case.key} ({case.source}): the baseline {baseline.path} was recorded from other inputs: "
-            f"{difference}. Compare runs of the same dump, with the same torch version (synthetic inputs "
-            f"come from torch's generators), or record the baseline again")
-    return entry
 
 
 def _paired_entry(case: DumpCase, settings: Settings) -> tuple[Partner | None, tuple[str, str] | None]:

@@ -11,12 +11,11 @@ import torch
 from ..common.dtypes import float_format, parse_dtype
 from ..common.math_modes import DEFAULT_POLICY, POLICIES, MathMode
 from ..ops.catalogue import op_record
-from ..precision.element_bound import small_value_rule
 from ..precision.measuring import compute_metrics, compute_metrics_each
 from ..precision.metrics import Accumulation, Metrics, element_index
-from ..precision.rules import STANDARD_NAMES, OpName, Rules, parse_op_name
+from ..precision.rules import OpName, Rules, parse_op_name
 from ..precision.second_look import widened
-from ..precision.standards import BENCHMARK_RATIOS, Subject, beside_baseline, inf_nan_gate, rounding_gate, select
+from ..precision.standards import STANDARDS, Standard, Subject, beside_baseline, inf_nan_gate, rounding_gate
 from ..precision.verdict import Check, Element, Status, Verdict, render_message
 
 
@@ -74,10 +73,9 @@ def judge(
         baseline = _tensor(baseline, "baseline")
         _check_shape(baseline, actual, "baseline")
         baseline = baseline.to(target)
-    if standard is not None and standard not in STANDARD_NAMES:
-        raise ValueError(f"standard {standard!r} is unknown: use one of {', '.join(STANDARD_NAMES)}")
-    if standard == "benchmark" and baseline is None and recorded is None:
-        raise ValueError("standard 'benchmark' needs a baseline: pass baseline=<same op on a trusted device>")
+    forced = None if standard is None else STANDARDS.named(standard)
+    if forced is not None and forced.needs_baseline and baseline is None and recorded is None:
+        raise ValueError(f"standard {standard!r} needs a baseline: pass baseline=<same op on a trusted device>")
     if target.is_complex:
         raise ValueError(f"dtype {target} is complex: judge the real and imaginary parts separately")
     name = parse_op_name(op) if op is not None else None
@@ -105,8 +103,9 @@ def judge(
 def _looked_twice(judged: "_Judgement", actual, golden, baseline, recorded, spread) -> Verdict:
     """The verdict, and where it fails with nothing to compare against, the second look's."""
     first = judged.verdict(actual, golden, baseline, recorded)
-    # With a baseline, its own error shows what these inputs allow a fair kernel: no second look.
-    if spread is None or first.status is not Status.ERROR or first.standard == "binary" \
+    # With a baseline, its own error shows what these inputs allow a fair kernel: no second look; nor
+    # where the op rounds nothing (an exact standard): the inputs' conditioning excuses no element.
+    if spread is None or first.status is not Status.ERROR or first.own.exact \
             or baseline is not None or recorded is not None \
             or first.checks[0].metric == "nonfinite_mismatch" and first.checks[0].status is Status.ERROR:
         return first
@@ -182,22 +181,22 @@ class _Judgement:
             metrics = compute_metrics(actual, golden, params, self.accumulation)
         else:  # one pass over the golden for both
             metrics, base_metrics = compute_metrics_each((actual, baseline), golden, params, self.accumulation)
-        subject = Subject(name, target, rule, base_metrics is not None)
-        chosen = select(subject, standard)
+        subject = Subject(rule.standard_of(name), target, base_metrics is not None)
+        chosen = STANDARDS.select(subject, standard)
         floor = rules.benchmark_floor(target)
         checks = chosen.checks(metrics, rules.limits_for(chosen.name, target, rule), base_metrics, floor)
-        label, worst_field, forgiven = chosen.name, chosen.worst, []
+        judged_by, worst_field, forgiven = (chosen,), chosen.worst, []
         worst_standard = chosen
-        if base_metrics is not None and standard is None and chosen.name == "benchmark":
-            own = select(dataclasses.replace(subject, has_baseline=False))
+        if base_metrics is not None and standard is None and chosen.needs_baseline:
+            own = STANDARDS.select(dataclasses.replace(subject, has_baseline=False))
             own_checks, forgiven = beside_baseline(own, metrics, base_metrics,
                                                    rules.limits_for(own.name, target, rule), floor)
             if _fails(own_checks) and not _fails(checks):
                 worst_field = own.worst  # only the own standard fails it: point at its worst element
                 worst_standard = own
-            checks, label = checks + own_checks, f"benchmark+{own.name}"
+            checks, judged_by = checks + own_checks, (chosen, own)
         if target.is_floating_point:
-            rounding = rounding_gate(metrics) if chosen.name != "binary" else None
+            rounding = rounding_gate(metrics) if not chosen.exact else None
             if rounding is not None:
                 checks.append(rounding)
             checks.insert(0, inf_nan_gate(metrics))
@@ -216,7 +215,7 @@ class _Judgement:
             all_notes += (overflowed,)
         return Verdict(
             status=status,
-            standard=label,
+            judged_by=judged_by,
             op=self.op.strip() if self.op is not None else None,
             dtype=str(target).removeprefix("torch."),
             shape=tuple(actual.shape),
@@ -224,7 +223,7 @@ class _Judgement:
             metrics=metrics,
             baseline_metrics=base_metrics,
             worst=_with_allowance(_element(getattr(metrics.worst, worst_field), actual, golden, baseline),
-                                  worst_standard.name if worst_field == worst_standard.worst else None, metrics,
+                                  worst_standard if worst_field == worst_standard.worst else None, metrics,
                                   params, rules.limits_for(worst_standard.name, target, rule), target,
                                   self.accumulation.roundings),
             notes=all_notes,
@@ -235,17 +234,18 @@ def parted_checks(verdict: Verdict) -> tuple[Check, ...]:
     """The checks by which the device errs worse than its baseline beyond the benchmark's limits: a
     benchmark ratio that fails (not one the benchmark excuses to a warning, where the device meets its
     own bound by a wide margin), or infs and nans the baseline does not have. Empty without a baseline."""
-    base = verdict.baseline_metrics
-    if base is None or not verdict.standard.startswith("benchmark"):
+    base, first = verdict.baseline_metrics, verdict.judged_by[0]
+    if base is None or not first.needs_baseline:
         return ()
+    ratios = first.metrics
     found = []
     for check in verdict.checks:  # the gate first, then the benchmark's ratios (_Judgement.verdict)
         if check.metric == "nonfinite_mismatch":
             if check.status is not Status.PASS and not base.nonfinite_mismatch:
                 found.append(check)
-        elif check.metric in BENCHMARK_RATIOS and check.status is Status.ERROR:
+        elif check.metric in ratios and check.status is Status.ERROR:
             found.append(check)
-        if check.metric == BENCHMARK_RATIOS[-1]:
+        if check.metric == ratios[-1]:
             break
     return tuple(found)
 
@@ -328,30 +328,13 @@ def _element(flat_index: int, actual, golden, baseline) -> Element | None:
     return Element(index, value(actual), value(golden), None if baseline is None else value(baseline))
 
 
-def _with_allowance(element: Element | None, standard: str | None, metrics: Metrics, params, limits,
+def _with_allowance(element: Element | None, standard: Standard | None, metrics: Metrics, params, limits,
                     dtype: torch.dtype, roundings: int) -> Element | None:
     """The element with the error its standard allows there, in the tensor's own units (None where the
     standard judges no single element: the benchmark ratios, a disagreeing inf or nan)."""
     if element is None or standard is None or not math.isfinite(element.golden):
         return element
-    g = abs(element.golden)
-    small_value, small_value_atol = small_value_rule(float_format(dtype) if dtype.is_floating_point else None,
-                                                     params.rtol, roundings)
-    allowed = None
-    if standard == "binary":
-        allowed = 0.0
-    elif standard == "absolute":
-        allowed = params.rtol * g if g >= small_value else small_value_atol
-    elif standard == "thousandth":
-        allowed = params.thousandth_rtol * g + small_value_atol
-    elif standard == "ulp" and "max_ulp_err" in limits and dtype.is_floating_point:
-        fmt = float_format(dtype)
-        exponent = math.frexp(max(g, math.ldexp(1.0, fmt.min_exponent)))[1] - 1
-        allowed = limits["max_ulp_err"].error * math.ldexp(1.0, exponent - fmt.mantissa_bits)
-    elif standard == "error_bound" and "max_bound_ratio" in limits and metrics.max_bound_ratio > 0:
-        # The worst element is the one of the largest error/bound: its bound is its error over that ratio.
-        bound = abs(element.actual - element.golden) / metrics.max_bound_ratio
-        allowed = limits["max_bound_ratio"].error * bound
+    allowed = standard.allowed(element, metrics, params, limits, dtype, roundings)
     return element if allowed is None else dataclasses.replace(element, allowed=allowed)
 
 

@@ -20,7 +20,8 @@ from ..ops.resolution import ResolvedOp, choose_namesake, operator_name, referen
 from ..precision.metrics import Accumulation
 from ..precision.rules import Rules
 from ..precision.verdict import Status, Verdict, render_message
-from ..replay.runner import RunResult, run_call
+from ..replay.prepared import PreparedCall
+from ..replay.runner import RunResult, replay
 from .judging import judge
 
 
@@ -71,11 +72,12 @@ def check_call(op: str | Callable[..., Any], *args: Any, device: Backend | torch
     requires = (*(i for i, a in enumerate(args) if _float_tensor(a)),
                 *(k for k, v in kwargs.items() if _float_tensor(v))) if backward else ()
     baseline = load_backend(baseline, "baseline") if baseline is not None else None
-    run = run_call(resolved, args, kwargs, device=device, golden=golden, baseline=baseline, backward=backward,
-                   requires_grad=requires, seed=seed, reference=reference)
+    call = PreparedCall(resolved, args, kwargs, backward=backward, requires_grad=requires, seed=seed,
+                        reference=reference, float32=float32)
+    run = replay(call, device=device, golden=golden, baseline=baseline)
     if run.error:  # an output the two sides shape differently, or one side lacks: never a silent pass
         raise ValueError(f"check_call({resolved.api_name}): {run.error}")
-    return judge_run(resolved, run, resolved.own_rules(rules or Rules.default()), float32)
+    return judge_run(resolved, run, resolved.own_rules(rules or Rules.default()), call.float32)
 
 
 def judge_run(resolved: ResolvedOp, run: RunResult, rules: Rules, float32: str = DEFAULT_POLICY) -> CallVerdict:

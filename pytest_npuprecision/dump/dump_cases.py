@@ -27,7 +27,6 @@ from .descriptors import (
 )
 from .entries import MAX_ENTRY_BYTES, Entry, LoadedEntry, read_dump
 from .locations import DATA_DIR_NAME, dump_location
-from .random_ops import random_reason
 
 _API_KEY = re.compile(
     r"(?P<prefix>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)"
@@ -44,7 +43,6 @@ class SkipReason(enum.Enum):
     MODULE_ENTRY = ("module-entry", "A module-level (L0) entry or a parameters_grad entry, not one API call.")
     UNSUPPORTED_PREFIX = ("unsupported-prefix", "A VF API (torch's internal RNN functions), which cannot be re-run alone.")
     NO_FORWARD = ("no-forward", "A backward entry whose forward entry is not in the dump, so its inputs are unknown.")
-    RANDOM_OP = ("random-op", "An op that draws random numbers (dropout with p > 0, rand, bernoulli, ...).")
     MISSING_DATA = ("missing-data", "An argument the dump does not describe well enough to rebuild.")
     MALFORMED_ENTRY = ("malformed-entry", "An entry whose structure is not what msprobe writes.")
 
@@ -104,7 +102,8 @@ class DumpCase:
 
     def decoded_skip(self, entries: CaseEntries) -> tuple[SkipReason, str] | None:
         """(reason, message) where the case's entries, read for this run, cannot be replayed (malformed,
-        missing data, a random op); None where they can. A reason its key gives is ``known_skip``'s."""
+        missing data); None where they can (whether the op draws random numbers is the catalogue's to say:
+        checks/prepared_case.py). A reason its key gives is ``known_skip``'s."""
         found = _decoded_skip(self, entries)
         return None if found is None else (found[0], self.skip_message_of(found[1]))
 
@@ -359,10 +358,10 @@ def _known_skip(prefix: str, direction: str, forward_key: str, forward: Any,
 
 
 def _decoded_skip(case: DumpCase, entries: CaseEntries) -> tuple[SkipReason, str] | None:
-    """(reason, detail) for a case whose entries cannot be replayed (malformed, missing data, random)."""
+    """(reason, detail) for a case whose entries cannot be replayed (malformed, missing data)."""
     if case.prefix == "Distributed":  # a collective's entry is read by checks/collectives, which says its skips
         return None
-    name, direction = case.name, case.direction
+    direction = case.direction
     of_forward = "" if direction == "forward" else f"forward entry {case.forward_key}: "
     try:
         call = entries.call
@@ -374,9 +373,6 @@ def _decoded_skip(case: DumpCase, entries: CaseEntries) -> tuple[SkipReason, str
         return SkipReason.MALFORMED_ENTRY, f"{of_forward}{exc}; re-dump this API or delete the entry"
     except UnsupportedDescriptor as exc:
         return SkipReason.MISSING_DATA, f"{of_forward}{exc}"
-    why = random_reason(name, call)
-    if why:
-        return SkipReason.RANDOM_OP, f"{name} draws random numbers ({why}), so device and golden cannot agree"
     return None
 
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 from ..common.dtypes import parse_dtype
 from ..config.files import MAX_BYTES, ConfigError, first_problem, load_yaml
-from ..precision.rules import MAX_ROUNDINGS, STANDARD_NAMES
+from ..precision.rules import MAX_ROUNDINGS
+from ..precision.standards import STANDARDS
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
 from .spec import BrokenCase, Fixed, FromFile, InputSpec, OneOf, OpCase, Size, TensorSpec
 
@@ -387,10 +388,11 @@ def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:
 
 
 def parse_standard(raw: Any) -> str | None:
-    choices = [s for s in STANDARD_NAMES if s != "benchmark"]
+    choices = [s.name for s in STANDARDS.listed if not s.needs_baseline]
+    beside = ", ".join(s.name for s in STANDARDS.listed if s.needs_baseline)
     if raw is not None and raw not in choices:
         raise SchemaError("standard", f"{raw!r} is not a standard op cases use: use one of {', '.join(choices)} "
-                                      f"(benchmark is no case's own standard: it judges beside one when the run "
+                                      f"({beside} is no case's own standard: it judges beside one when the run "
                                       f"has a live --npu-precision-baseline)")
     return raw
 

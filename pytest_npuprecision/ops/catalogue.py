@@ -3,8 +3,9 @@
 Built once, on first use, by joining what each layer below contributes about an op: its standard,
 level and roundings (the shipped op table, ``data/ops.yaml``, which a user's rules file overrides at
 run time), how it accumulates (``bounds.accumulation``'s rules), its float64 reference where torch_npu
-owns it (``ops.fused``), and the traits this module's own tables give (float32 math-mode family,
-plain sums, one rounding, goldens on the dtype's grid). Its roundings are the op table's alone. It is
+owns it (``ops.fused``), whether it draws random numbers (``ops.randomness``), and the traits this
+module's own tables give (float32 math-mode family, plain sums, one rounding, goldens on the dtype's
+grid). Its roundings are the op table's alone. It is
 validated as it is built: a standard and a rule that contradict each other, or a reducing op with no
 reduction, is a ``CatalogueError`` that names the op. Every other layer asks the catalogue
 (:func:`op_record`); docs/generated/ops.md is printed from it (docs/generate.py).
@@ -23,7 +24,9 @@ from ..bounds.accumulation import ACCUMULATION_RULES, MATRIX_ALGORITHMS
 from ..bounds.accumulation_rule import AccumulationRule
 from ..common.dtypes import float_format
 from ..precision.rules import OpRule, Rules, parse_op_name
+from ..precision.standards import STANDARDS
 from .fused import FUSED_OPS, FusedOp
+from .randomness import ALWAYS, RANDOMNESS, Randomness, folded_name, seeded_aten_ops
 
 # The switch each family of float32 ops answers to (common.math_modes.MathMode): what cuBLAS, cuDNN
 # and the NPU's cube unit compute. The fused ops built on them (attention) are in the matmul family.
@@ -121,11 +124,6 @@ STATISTICS: Mapping[str, frozenset[str]] = MappingProxyType({
     "nonnegative": frozenset({"cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}),
 })
 
-# The standards that judge one rounding per element: a rule that sums many terms contradicts them.
-_ONE_ROUNDING = frozenset({"absolute", "ulp"})
-# The standards whose limits scale with an accumulation: a reducing op they judge needs its reduction.
-_ACCUMULATING = frozenset({"error_bound", "thousandth"})
-
 
 # torch_npu ops whose call no single-op golden can judge: each case skips with this reason and why.
 _PROCESS_GROUP = ("needs-process-group", "{} runs a collective inside the kernel: its result needs every rank's "
@@ -181,6 +179,7 @@ class OpRecord:
     # (skip reason, why) where a case of it has nothing a golden could compute (UNJUDGED)
     unjudged: tuple[str, str] | None = None
     statistics: str | None = None  # the family of invariants a statistics dump can check of it (STATISTICS)
+    random: Randomness | None = None  # it draws random numbers, always or while its switches are on (RANDOMNESS)
 
     @property
     def standard(self) -> str | None:
@@ -251,7 +250,7 @@ class Catalogue:
 def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Mapping[str, FusedOp]) -> Catalogue:
     """The catalogue of every op the tables name, validated: raises CatalogueError naming the first op
     whose tables contradict each other."""
-    names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
+    names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | set(RANDOMNESS) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
         | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family} \
         | {n for family in STATISTICS.values() for n in family}
     families = {name: family for family, members in MATH_FAMILIES.items() for name in members}
@@ -264,7 +263,7 @@ def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Map
             rounded_once_in_half=name in ROUNDED_ONCE_IN_HALF, exactly_rounded=name in EXACTLY_ROUNDED,
             dtype_grid_golden=name in rules.dtype_grid_golden, matrix_algorithm=name in MATRIX_ALGORITHMS,
             normwise=name in MATRIX_ALGORITHMS | NORMWISE, unjudged=UNJUDGED.get(name),
-            statistics=invariants.get(name))
+            statistics=invariants.get(name), random=RANDOMNESS.get(name))
         _validate(record, elementwise=name in ELEMENTWISE)
         records[name] = record
     return Catalogue(records)
@@ -272,10 +271,14 @@ def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Map
 
 def _validate(record: OpRecord, elementwise: bool) -> None:
     name, rule, standard = record.name, record.accumulation, record.standard
-    if standard in _ONE_ROUNDING and record.reduces:
+    judged_by = STANDARDS.get(standard)  # None where the op table names no standard
+    one_rounding = judged_by is not None and judged_by.one_rounding
+    grows = judged_by is not None and judged_by.scales_with_accumulation  # with the reduction
+    if one_rounding and record.reduces:
         raise CatalogueError(f"op {name!r} is judged by {standard}, one rounding per element, yet its accumulation "
                              f"rule sums many terms: judge it by error_bound, or drop the rule")
-    if standard in _ACCUMULATING and rule is None and not elementwise:
+    never_judged = record.random is not None and record.random.every_call  # each case of it skips as random-op
+    if grows and rule is None and not elementwise and not never_judged:
         raise CatalogueError(f"op {name!r} is judged by {standard}, whose bound grows with the reduction, yet no "
                              f"accumulation rule says what it sums: give it a rule in bounds/accumulation.py, or "
                              f"list it in ops.catalogue.ELEMENTWISE if it sums nothing")
@@ -299,4 +302,18 @@ def op_record(name: str | None) -> OpRecord:
     return catalogue().get(name)
 
 
-__all__ = ["Catalogue", "CatalogueError", "OpRecord", "UNKNOWN", "build", "catalogue", "op_record"]
+def random_reason(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """Why calling op ``name`` (as a dump spells it after its namespace: "bernoulli_") with these arguments
+    gives a result no golden can redraw, or None where it does not: its record's randomness; else the
+    installed torch's tag, for an op newer than the catalogue; else a name that says dropout."""
+    randomness = op_record(folded_name(name)).random
+    if randomness is not None and randomness.in_place_only and folded_name(name) == name:
+        randomness = None
+    if randomness is None and name in seeded_aten_ops():
+        randomness = ALWAYS
+    if randomness is None:
+        return "its name says dropout" if "dropout" in name else None
+    return randomness.reason(args, kwargs)
+
+
+__all__ = ["Catalogue", "CatalogueError", "OpRecord", "UNKNOWN", "build", "catalogue", "op_record", "random_reason"]

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..precision.rules import STANDARD_NAMES
+from ..precision.standards import STANDARDS
 
 ENTRY_POINT_GROUP = "pytest_npuprecision.ops"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -68,8 +68,8 @@ def register_op(name: str, fn: Callable[..., Any], *, reference: Callable[..., A
             raise TypeError(f"{what} for op {name!r} is a {type(value).__name__}, not a callable: pass the function")
     if fn is None:
         raise TypeError(f"fn for op {name!r} is None: pass the function to register")
-    if standard is not None and standard not in STANDARD_NAMES:
-        raise ValueError(f"standard {standard!r} for op {name!r} is unknown: use one of {', '.join(STANDARD_NAMES)}")
+    if standard is not None and standard not in STANDARDS.names:
+        raise ValueError(f"standard {standard!r} for op {name!r} is unknown: use one of {', '.join(STANDARDS.names)}")
     if like is not None and (not isinstance(like, str) or not _NAME.match(like)):
         raise ValueError(f"like={like!r} for op {name!r} is not an op name: use a built-in name such as 'rms_norm'")
     key = _key(name)

@@ -92,7 +92,8 @@ def _dunder_inner(name: str) -> str | None:
     return None
 
 
-def _op_segment(api_name: str) -> str:
+def op_segment(api_name: str) -> str:
+    """The op's own segment of an API name, as spelled: ``Tensor.add_`` -> ``add_``, ``Aten.mm.default`` -> ``mm``."""
     prefix, _, rest = api_name.partition(".")
     # Aten names are "packet.overload" (add.Tensor); elsewhere dots are namespaces (linalg.inv).
     return rest.split(".")[0] if prefix == "Aten" else rest.split(".")[-1]
@@ -100,7 +101,7 @@ def _op_segment(api_name: str) -> str:
 
 def base_name(api_name: str) -> str:
     """The bare op name used for per-op tables: ``Tensor.add_`` -> ``add``, ``Aten.mm.default`` -> ``mm``."""
-    segment = _op_segment(api_name)
+    segment = op_segment(api_name)
     inner = _dunder_inner(segment)
     if inner is not None:
         if inner in _BINARY_DUNDERS:
@@ -113,7 +114,7 @@ def base_name(api_name: str) -> str:
 
 def is_inplace(api_name: str) -> bool:
     """Whether the call writes into its first argument (``add_``, ``__iadd__``, ``__setitem__``)."""
-    segment = _op_segment(api_name)
+    segment = op_segment(api_name)
     inner = _dunder_inner(segment)
     if inner is not None:
         return inner == "setitem" or (inner[:1] == "i" and inner[1:] in _BINARY_DUNDERS)

@@ -109,6 +109,14 @@ class Accumulation:
 
 
 @dataclass(frozen=True)
+class Limit:
+    """One metric's limit: past ``error`` it fails, past ``warning`` (where given) it warns."""
+
+    error: float
+    warning: float | None = None
+
+
+@dataclass(frozen=True)
 class MetricParams:
     """Per-dtype constants that shape the metrics themselves (from the threshold table)."""
 
@@ -205,7 +213,7 @@ class Metrics:
     row_order_ratio: float | None = None
     # With that ceiling: the mean lean, over each element's bound, that the row statistic's terms under
     # u of its sum explain, all lost in a fair order that adds them last (a softmax over wide scores);
-    # 0 elsewhere. A lean that small is a fair order's, not a bias (standards._unbiased).
+    # 0 elsewhere. A lean that small is a fair order's, not a bias (standards.bound.unbiased).
     row_order_lean: float = 0.0
     # With a shared factor: the standard error of error_balance with rows as the samples (a row's
     # signs move together with its factor's rounding); None for other outputs.

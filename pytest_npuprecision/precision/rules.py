@@ -1,7 +1,8 @@
 """The threshold table and the op table: loading, user overrides, and lookups.
 
 Both tables are YAML data shipped in ``data/``; users layer their own YAML or Python mappings on
-top with :meth:`Rules.merged`. Nothing here computes a metric or decides a verdict.
+top with :meth:`Rules.merged`. Nothing here computes a metric or decides a verdict: the standards a table
+may name, and how each keys its limits, are the registry's (precision/standards).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any, Mapping
 import torch
 import yaml
 
-from .metrics import MetricParams
+from .metrics import Limit, MetricParams
+from .standards import STANDARDS
 
-STANDARD_NAMES = ("binary", "quantized", "absolute", "ulp", "thousandth", "error_bound", "benchmark")
 LEVELS = ("L0", "L1", "L2")
 MAX_ROUNDINGS = 64  # intermediate roundings: a fair kernel makes a handful; more is no precision standard
 
@@ -83,18 +84,16 @@ def _fold(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Limit:
-    error: float
-    warning: float | None = None
-
-
-@dataclass(frozen=True)
 class OpRule:
     standard: str | None = None
     backward: str | None = None
     level: str = "L0"
     roundings: int = 0  # intermediate roundings to the output dtype a fair kernel makes
     limits: Mapping[str, Mapping[str, Limit]] = field(default_factory=dict)  # standard -> metric
+
+    def standard_of(self, op: OpName | None) -> str | None:
+        """The standard this row names for op's output: its backward one for a gradient."""
+        return self.backward if op is not None and op.direction == "backward" else self.standard
 
 
 @dataclass(frozen=True)
@@ -211,10 +210,12 @@ class Rules:
 
     def limits_for(self, standard: str, dtype: torch.dtype, rule: OpRule) -> dict[str, Limit]:
         """The standard's limits for one output: its flat limits, under them those of the output's
-        dtype (or ``default``), or of the op's level for benchmark, then the op's own."""
+        dtype (or ``default``), or of the op's level where the standard keys them by level (the
+        benchmark), then the op's own."""
         table = self.limits.get(standard, {})
         merged = {metric: value for metric, value in table.items() if not is_limit_table(value)}
-        if standard == "benchmark":
+        judged_by = STANDARDS.get(standard)
+        if judged_by is not None and judged_by.limits_by_level:
             merged.update(table.get(rule.level, table.get("L0", {})))
         else:
             merged.update(table.get("default", {}))
@@ -229,21 +230,14 @@ def is_limit_table(value: Any) -> bool:
     return isinstance(value, Mapping) and not {"error", "warning"} & set(value)
 
 
-@lru_cache(maxsize=1)
 def metric_names() -> Mapping[str, tuple[str, ...]]:
-    """The metrics each standard judges, read from the shipped threshold table."""
-    names = {}
-    for standard, table in Rules.default().limits.items():
-        found: set[str] = set()
-        for key, value in table.items():
-            found.update(value if is_limit_table(value) else [key])
-        names[standard] = tuple(sorted(found))
-    return MappingProxyType(names)
+    """The metrics each standard judges, as it names them (the keys of its limits table), sorted."""
+    return MappingProxyType({s.name: tuple(sorted(s.metrics)) for s in STANDARDS.listed})
 
 
 def _check_standard(name: str, where: str) -> None:
-    if name not in STANDARD_NAMES:
-        raise ValueError(f"standard {name!r} in {where} is unknown: use one of {', '.join(STANDARD_NAMES)}")
+    if name not in STANDARDS.names:
+        raise ValueError(f"standard {name!r} in {where} is unknown: use one of {', '.join(STANDARDS.names)}")
 
 
 def _limit(value: Any, where: str) -> Limit:
@@ -344,7 +338,10 @@ def schema_vocabulary():
     """The names a rules file may use, for its schema (rules_schema.py, which loads pydantic)."""
     from .rules_schema import Vocabulary
 
-    return Vocabulary(STANDARD_NAMES, LEVELS, MAX_ROUNDINGS, tuple(metric_names().items()))
+    listed = STANDARDS.listed
+    return Vocabulary(STANDARDS.names, LEVELS, MAX_ROUNDINGS, tuple(metric_names().items()),
+                      by_level=tuple(s.name for s in listed if s.limits_by_level),
+                      case_standards=tuple(s.name for s in listed if not s.needs_baseline))
 
 
 def _load_yaml(path: Path) -> Mapping:

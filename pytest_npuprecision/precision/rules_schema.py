@@ -25,6 +25,8 @@ class Vocabulary:
     levels: tuple[str, ...]
     max_roundings: int
     metrics: tuple[tuple[str, tuple[str, ...]], ...]  # (standard, the metrics it judges)
+    by_level: tuple[str, ...] = ()  # the standards whose limits are per op level, not per dtype
+    case_standards: tuple[str, ...] = ()  # the standards an op case may name (none that needs a baseline)
 
 
 class LimitPair(Record):
@@ -62,12 +64,13 @@ def _metric_limits(words: Vocabulary, standard: str) -> type[Record]:
 def _standard_table(words: Vocabulary, standard: str) -> type[Record]:
     """A standard's section: its metrics' limits, and tables of them by dtype (by level for benchmark)."""
     metrics = _metric_limits(words, standard)
-    groups = words.levels if standard == "benchmark" else (*float_dtype_names(), "default")
+    by_level = standard in words.by_level
+    groups = words.levels if by_level else (*float_dtype_names(), "default")
     fields = {m: (Limit, None) for m in metrics.model_fields}
     fields.update({g: (metrics, None) for g in groups})
     model = create_model(f"{standard}_table", __base__=Record, **fields)
     model.what = f"a list of op names or a mapping of {standard}'s limits"
-    by = "a level (L0, L1, L2)" if standard == "benchmark" else "a float dtype or default"
+    by = "a level (L0, L1, L2)" if by_level else "a float dtype or default"
     model.keys_hint = f"a metric of {standard} ({', '.join(metrics.model_fields)}) or {by}"
     return model
 
@@ -119,7 +122,7 @@ def rules_file(words: Vocabulary) -> type[Record]:
 @lru_cache(maxsize=4)
 def case_limits(words: Vocabulary) -> type[Record]:
     """An op case's ``limits:``: {standard: {metric: limit}}, for the standards a case can have."""
-    standards = [s for s in words.standards if s != "benchmark"]
+    standards = words.case_standards
     model = create_model("case_limits", __base__=Record, **{s: (_metric_limits(words, s), None) for s in standards})
     model.what = "a mapping of standards to {metric: limit}"
     model.unknown, model.keys_hint = "is not a standard op cases use", f"one of {', '.join(standards)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -84,10 +85,25 @@ class Judged:
         return tuple(c for c in self.checks if c.status is not Status.PASS)
 
 
+class Judge(Protocol):
+    """What a verdict asks of the standards that judged it (precision/standards, whose ``Standard`` says
+    what each attribute means): the verdict tells their decisions, it does not decide by their names."""
+
+    name: str
+    metrics: tuple[str, ...]
+    exact: bool
+    discrete: bool
+    needs_baseline: bool
+    noise_in_bounds: bool
+
+    def mismatched(self, m: Metrics) -> tuple[int, int, str] | None: ...
+
+
 @dataclass(frozen=True)
 class Verdict(Judged):
     status: Status
-    standard: str
+    # The standards that judged it: one, or the benchmark and then the op's own standard beside it.
+    judged_by: tuple[Judge, ...]
     op: str | None
     dtype: str
     shape: tuple[int, ...]
@@ -97,6 +113,16 @@ class Verdict(Judged):
     worst: Element | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     excused: Excused | None = None  # what the second look excused, where it turned a failure into a pass
+
+    @property
+    def standard(self) -> str:
+        """The standards' names as reports print them: 'error_bound', 'benchmark+error_bound'."""
+        return "+".join(s.name for s in self.judged_by)
+
+    @property
+    def own(self) -> Judge:
+        """The op's own standard: the last that judged it (the benchmark's, where it judged alone)."""
+        return self.judged_by[-1]
 
 
 # Metrics that a mean over every element decides: the worst element may lie well within what the
@@ -154,25 +180,12 @@ def _value(value: float | None) -> str:
 
 
 def mismatched(verdict: Verdict) -> tuple[int, int, str] | None:
-    """(elements past the standard's per-element allowance, elements compared, what they are past)."""
+    """(elements past the standard's per-element allowance, elements compared, what they are past): those
+    whose inf or nan disagrees with the golden, or else those the op's own standard counts."""
     m = verdict.metrics
-    own = verdict.standard.rpartition("+")[2]
     if m.nonfinite_mismatch:
         return m.nonfinite_mismatch, m.numel, "whose inf or nan disagrees with the golden"
-    if own == "binary":
-        return m.binary_mismatch, m.numel, "not bit-equal to the golden"
-    if own == "quantized":
-        return m.quantized_over, m.numel, "not their exact value rounded to a nearest value of their grid"
-    if not m.finite:
-        return None
-    if own == "absolute":
-        count = round(m.rel_err_ratio * m.normal_count) + round(m.small_value_err_ratio * m.small_count)
-        return count, m.finite, "past their relative (or near-zero absolute) tolerance"
-    if own == "ulp":
-        return round(m.ulp_over_ratio * m.finite), m.finite, "past the ulp threshold"
-    if own == "thousandth":
-        return m.finite - round(m.thousandth_ratio * m.finite), m.finite, "off by more than 0.1%"
-    return m.over_bound, m.finite, "past their error bound"
+    return verdict.own.mismatched(m)
 
 
 def overflow_line(verdict: Verdict) -> str:
@@ -203,10 +216,10 @@ SYSTEMATIC_IN_FEW = 0.9
 def error_shape(verdict: Verdict) -> tuple[str, str] | None:
     """What the error of a failing verdict is, in a user's words: (kind, description), the kind one of
     scaling, offset, elements, leaning, noise. None where it passed, or the header says it (inf and nan,
-    bits, quantized integers)."""
+    bits, quantized integers: a discrete standard's)."""
     m = verdict.metrics
     failed = {c.metric for c in verdict.failures}
-    if not failed or m.nonfinite_mismatch or not m.finite or verdict.standard.endswith(("binary", "quantized")):
+    if not failed or m.nonfinite_mismatch or not m.finite or verdict.own.discrete:
         return None
     systematic = m.fit_share >= (SYSTEMATIC if m.finite >= FIT_ELEMENTS else SYSTEMATIC_IN_FEW)
     if systematic and abs(m.fitted_scale) * m.golden_rms >= abs(m.fitted_offset):
@@ -228,7 +241,7 @@ def error_shape(verdict: Verdict) -> tuple[str, str] | None:
         return "leaning", ("a rounding that leans: the elements a fair kernel rounds once err one way more often "
                            "than the other (truncation, or a wrong rounding mode)")
     spread = f", {_number(m.mean_bound_ratio, 3)} times a fair kernel's bound on average" \
-        if verdict.standard.rpartition("+")[2] == "error_bound" else ""
+        if verdict.own.noise_in_bounds else ""
     return "noise", f"noise: errors of either sign, no common scale or offset{spread}"
 
 
@@ -268,7 +281,7 @@ def render_message(verdict: Verdict) -> str:
         lines.append(f"  the error: {described[1]}")
     # The first failing check, in the standard's order (or the bias that measures a scaling or an
     # offset), decides: it leads in full, the rest share one line.
-    kind = None if described is None or verdict.standard.startswith("benchmark") else described[0]
+    kind = None if described is None or verdict.judged_by[0].needs_baseline else described[0]
     failures = _leading(verdict.failures, kind)
     for check in failures[:1] or verdict.checks:
         text = f"  {check.describe()}"

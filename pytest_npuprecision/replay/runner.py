@@ -1,4 +1,5 @@
-"""Run one API call on the device under test, on a golden and optionally on a baseline, forward and backward.
+"""Replay one call (a ``PreparedCall``) on the device under test, on a golden and optionally on a baseline,
+forward and backward.
 
 Every side starts from the caller's CPU tensors and never modifies them, and reaches its device
 through a ``Backend``. The device side and the baseline keep every dtype; the golden side (CPU by
@@ -34,6 +35,7 @@ from ..precision.metrics import Accumulation
 from .cotangents import output_gradients
 from .error_bounds import forward_accumulation, grad_accumulations, output_norm
 from .perturbed import GoldenSpread
+from .prepared import PreparedCall
 from .sides import (
     Forward, OpExecutionError, Side, golden_for, is_float, run_backward, run_forward, run_side, side_arguments,
     tensor_paths,
@@ -231,25 +233,32 @@ def run_call(op: ResolvedOp, args: Sequence[Any], kwargs: Mapping[str, Any] | No
              requires_grad: Collection[int | str] = (), seed: int = 0,
              golden_dtype: torch.dtype | None = torch.float64, autocast: torch.dtype | None = None,
              reference: Callable[..., Any] | None = None, recorded: RecordedResults | None = None) -> RunResult:
-    """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
+    """Run ``op`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given: :func:`replay`
+    of the call these arguments prepare (replay.prepared.PreparedCall says what each one means)."""
+    call = PreparedCall(op, args, kwargs or {}, backward=backward, grad_outputs=grad_outputs,
+                        requires_grad=requires_grad, seed=seed, autocast=autocast, golden_dtype=golden_dtype,
+                        reference=reference, recorded=recorded)
+    return replay(call, device=device, golden=golden, baseline=baseline)
+
+
+def replay(call: PreparedCall, *, device: Backend | torch.device | str, golden: Backend | None = None,
+           baseline: Backend | None = None) -> RunResult:
+    """Replay ``call`` on ``device``, on the golden (default: the CPU) and on ``baseline`` if given.
 
     Raise OpExecutionError when the op raises on the device or the golden; a baseline that raises
-    is noted and the case is judged without it. requires_grad: inputs to differentiate besides
-    tensors whose ``requires_grad`` is already True: positions (3), keyword names ('weight') or paths
-    ("input_args[0][1]", "input_kwargs['weight']"). seed: seeds each side's random ops and draws the
-    output gradients when ``grad_outputs`` is None. autocast: run the device side (and the baseline)
-    under autocast to this dtype (AMP dumps). reference: what the golden side calls, with the same
-    arguments, instead of the op itself (default: ``op.reference``, a registered custom op's
-    reference, else the op). recorded: the device's results as a dump recorded them; the device
-    side then runs nothing, and the op itself need not exist here when it has a reference.
+    is noted and the case is judged without it. Where ``call.recorded`` holds the device's results as a
+    dump recorded them, the device side runs nothing, and the op itself need not exist here when it has a
+    reference (``call.reference``, else ``op.reference``: a registered custom op's or a torch_npu op's).
     """
+    op, args, backward, grad_outputs, seed = call.op, call.args, call.backward, call.grad_outputs, call.seed
+    autocast, golden_dtype, reference, recorded = call.autocast, call.golden_dtype, call.reference, call.recorded
     if op.func is None and (recorded is None or (reference is None and op.reference is None)):
         raise ValueError(f"{op.api_name} cannot run ({op.unsupported}): skip the case instead of calling run_call")
-    kwargs = dict(kwargs or {})
+    kwargs = dict(call.kwargs)
     device_backend = load_backend(device)
     golden_backend = golden if golden is not None else Backend("cpu")
     notes: list[str] = []
-    grad_paths = _grad_paths(args, kwargs, backward, requires_grad, op, notes)
+    grad_paths = _grad_paths(args, kwargs, backward, call.requires_grad, op, notes)
     reference = reference if reference is not None else op.reference
     golden_op = op if reference is None else replace(op, func=reference)
     family_mode, float32_mode = _float32_mode(device_backend, golden_op, args, kwargs, notes)

@@ -8,6 +8,7 @@ marks where the dumps part."""
 from __future__ import annotations
 
 from ...ops.catalogue import op_record
+from ...precision.standards import STANDARDS
 from ...precision.verdict import Check, Status
 from .summaries import CallSummaries
 from .verdicts import Finding
@@ -19,7 +20,8 @@ def checksum_findings(ours: CallSummaries, theirs: CallSummaries, op) -> dict[st
     if not any(s.checksum for s, _ in inputs) and not any(s.checksum for s in ours.outputs):
         return {}
     same_inputs = all(t is not None and s.checksum is not None and s.checksum == t.checksum for s, t in inputs)
-    exact = op_record(op.base_name).standard == "binary"
+    table = STANDARDS.get(op_record(op.base_name).standard)
+    exact = table is not None and table.exact
     found: dict[str, list[Finding]] = {}
     for out in ours.outputs:
         other = theirs.output(out.name)
