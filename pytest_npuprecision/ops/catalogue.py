@@ -91,7 +91,8 @@ NORMWISE = frozenset({"affine_grid"})
 # or a few (an add after cancellation, torch_npu's elementwise fused activations and rotations).
 ELEMENTWISE = frozenset({
     "add", "sub", "rsub", "addcmul", "addcdiv", "lerp", "npu_swiglu", "npu_rotary_mul", "npu_apply_rotary_pos_emb",
-    "npu_interleave_rope", "npu_mrope", "npu_geglu", "npu_gelu_mul", "npu_clipped_swiglu", "npu_gelu", "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
+    "npu_interleave_rope", "npu_mrope", "npu_geglu", "npu_gelu_mul", "npu_clipped_swiglu", "npu_gelu",
+    "npu_quant_matmul",  # its integer product is exact: only dequantization rounds
     "npu_apply_adam", "npu_apply_adam_w",  # an update: each element its own few roundings
     "npu_anti_quant",  # (x + offset) * scale: two float32 roundings and the output cast
 })
@@ -250,8 +251,8 @@ class Catalogue:
 def build(rules: Rules, accumulation: Mapping[str, AccumulationRule], fused: Mapping[str, FusedOp]) -> Catalogue:
     """The catalogue of every op the tables name, validated: raises CatalogueError naming the first op
     whose tables contradict each other."""
-    names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | set(RANDOMNESS) | ROUNDED_ONCE | PLAIN_SUMS | ROUNDED_ONCE_IN_HALF \
-        | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family} \
+    names = set(accumulation) | set(fused) | set(rules.ops) | set(UNJUDGED) | set(RANDOMNESS) | ROUNDED_ONCE | PLAIN_SUMS \
+        | ROUNDED_ONCE_IN_HALF | ELEMENTWISE | NORMWISE | rules.dtype_grid_golden | {n for family in MATH_FAMILIES.values() for n in family} \
         | {n for family in STATISTICS.values() for n in family}
     families = {name: family for family, members in MATH_FAMILIES.items() for name in members}
     invariants = {name: family for family, members in STATISTICS.items() for name in members}
