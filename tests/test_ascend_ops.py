@@ -918,3 +918,44 @@ def test_a_fair_kv_rmsnorm_rope_cache_passes_and_defects_fail():
     assert check_call(op, *paged, cache_mode="PA_BNSD", is_output_kv=True, reference=op).status is Status.PASS
     with pytest.raises(UnjudgedFusedCall, match="PA_NZ"):
         op(*paged, cache_mode="PA_NZ")
+
+
+# ---------------------------------------------------------------- the correctly rounded result, at every scale
+
+
+def _scaled_calls(scale, seed):
+    """(reference name, args, kwargs) of this session's float references, on bfloat16 inputs scaled by ``scale``
+    (angles, probabilities, gamma, indices and labels keep their size: they are not magnitudes)."""
+    generator = torch.Generator().manual_seed(seed)
+    t = lambda *shape: (torch.randn(*shape, generator=generator) * scale).bfloat16()
+    positions, query, key, cache, _ = _mrope_inputs(seed=seed)
+    kv, gamma, angle, caches = _latent_cache_inputs(seed=seed)
+    cos, sin = (torch.cat([f(angle)] * 2, -1).bfloat16() for f in (torch.cos, torch.sin))
+    x, weight = t(4, 64, 256), torch.randn(256, generator=generator).bfloat16()
+    return [
+        ("npu_mrope", (positions, (query * scale).bfloat16(), (key * scale).bfloat16(), cache.bfloat16(), 64),
+         {"mrope_section": [4, 6, 6]}),
+        ("npu_kv_rmsnorm_rope_cache", ((kv * scale).bfloat16(), gamma.bfloat16(), cos, sin,
+                                       torch.tensor([[0, 5, -1], [7, 2, 3]]),
+                                       *((c * scale).bfloat16() for c in caches)), {"is_output_kv": True}),
+        ("npu_rms_norm_backward", (t(4, 64, 256), x, weight, FUSED_OPS["npu_rms_norm"].reference(x, weight)[1]), {}),
+        ("npu_gelu_mul", (t(16, 256),), {"approximate": "tanh"}),
+        ("npu_clipped_swiglu", (t(16, 256),), {}),
+        ("npu_group_norm_swish", (t(3, 8, 5, 5), 4, weight[:8], weight[8:16]), {"swish_scale": 1.5}),
+        ("npu_cross_entropy_loss", (t(64, 512), torch.randint(0, 512, (64,), generator=generator)), {}),
+        ("npu_softmax_cross_entropy_with_logits", (t(8, 32), torch.softmax(torch.randn(8, 32), -1).bfloat16()), {}),
+    ]
+
+
+@pytest.mark.parametrize("scale", [2.0**-20, 1.0, 2.0**20])
+def test_the_correctly_rounded_result_of_each_new_float_reference_passes_at_every_scale(scale):
+    for name, args, kwargs in _scaled_calls(scale, seed=4):
+        reference = FUSED_OPS[name].reference
+        golden = reference(*_double(args), **kwargs)
+        golden = golden if isinstance(golden, tuple) else (golden,)
+        dtypes = reference(*args, **kwargs)
+        dtypes = [o.dtype for o in (dtypes if isinstance(dtypes, tuple) else (dtypes,))]
+        rounded = tuple(g.to(d) for g, d in zip(golden, dtypes))
+        verdict = check_call(lambda *a, **k: rounded if len(rounded) > 1 else rounded[0], *args, reference=reference,
+                             **kwargs)
+        assert verdict.status is Status.PASS, f"{name} at scale {scale}: {verdict.message()}"

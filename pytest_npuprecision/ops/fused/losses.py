@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .opmath import opmath_dtype
+from .opmath import opmath_dtype, widened
 from .record import FusedOp, UnjudgedFusedCall
 
 
@@ -24,14 +24,14 @@ def npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_
     if weight is not None and weight.dtype == torch.float64:
         dtype = torch.float64
     log_prob = torch.log_softmax(input.to(dtype), dim=-1)
-    loss = torch.nn.functional.nll_loss(log_prob, target.long(), None if weight is None else weight.to(dtype),
-                                        ignore_index=int(ignore_index), reduction="none" if label_smoothing else
-                                        str(reduction))
+    weights = widened(weight, dtype)
     if label_smoothing:  # as torch's cross_entropy: (1 - s) * nll + s * the mean over classes of -log_prob
-        loss = torch.nn.functional.cross_entropy(input.to(dtype), target.long(),
-                                                 None if weight is None else weight.to(dtype),
+        loss = torch.nn.functional.cross_entropy(input.to(dtype), target.long(), weights,
                                                  ignore_index=int(ignore_index), reduction=str(reduction),
                                                  label_smoothing=float(label_smoothing))
+    else:
+        loss = torch.nn.functional.nll_loss(log_prob, target.long(), weights, ignore_index=int(ignore_index),
+                                            reduction=str(reduction))
     if str(reduction) != "none":
         loss = loss.reshape(1)
     empty = input.new_empty((0,))

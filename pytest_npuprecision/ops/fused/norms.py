@@ -8,7 +8,7 @@ from .opmath import opmath_dtype, statistic_dtype, widened
 from .record import FusedOp
 
 
-def _rms_normalised(x: torch.Tensor, gamma: torch.Tensor, epsilon: float):
+def rms_normalised(x: torch.Tensor, gamma: torch.Tensor, epsilon: float):
     """(x / rms(x) * gamma, rstd) with the mean over gamma's trailing dims; rstd keeps them as 1."""
     dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
     rstd = torch.rsqrt(x.square().mean(dims, keepdim=True) + float(epsilon))
@@ -22,7 +22,7 @@ def npu_rms_norm(self, gamma, epsilon=1e-06):
     y in self's dtype, rstd float32 (float64 in a float64 golden) shaped like self with those dims 1.
     """
     dtype = opmath_dtype(self.dtype)
-    y, rstd = _rms_normalised(self.to(dtype), gamma.to(dtype), epsilon)
+    y, rstd = rms_normalised(self.to(dtype), gamma.to(dtype), epsilon)
     return y.to(self.dtype), rstd.to(statistic_dtype(dtype))
 
 
@@ -35,7 +35,7 @@ def npu_add_rms_norm(x1, x2, gamma, epsilon=1e-06):
     """
     dtype = opmath_dtype(x1.dtype)
     x = x1.to(dtype) + x2.to(dtype)
-    y, rstd = _rms_normalised(x, gamma.to(dtype), epsilon)
+    y, rstd = rms_normalised(x, gamma.to(dtype), epsilon)
     return y.to(x1.dtype), rstd.to(statistic_dtype(dtype)), x.to(x1.dtype)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .norms import rms_normalised
 from .opmath import int_list, opmath_dtype
 from .record import FusedOp, UnjudgedFusedCall
 
@@ -123,8 +124,7 @@ def npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, *,
     dtype = opmath_dtype(kv.dtype)
     values = kv.to(dtype)
     latent = gamma.shape[-1]
-    rms = torch.rsqrt(values[..., :latent].square().mean(-1, keepdim=True) + float(epsilon))
-    c_kv = values[..., :latent] * rms * gamma.to(dtype)
+    c_kv = rms_normalised(values[..., :latent], gamma.to(dtype), epsilon)[0]
     k_rope = npu_interleave_rope(values[..., latent:], cos, sin)
     caches = []
     for cache, written in ((k_cache, k_rope), (ckv_cache, c_kv)):

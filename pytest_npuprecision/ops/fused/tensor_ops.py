@@ -83,10 +83,10 @@ def npu_masked_fill_range(self, start, end, value, axis=-1):
                                 f"along the last axis, as documented)")
     out = self.clone()
     columns = torch.arange(self.shape[-1], device=self.device)
-    for k in range(start.shape[0]):
-        for row in range(min(start.shape[1], self.shape[0])):
-            inside = (columns >= start[k, row]) & (columns < end[k, row])
-            out[row] = torch.where(inside, value[k].to(self.dtype), out[row])
+    rows = min(start.shape[1], self.shape[0])
+    for k in range(start.shape[0]):  # masks in order: a later one overwrites an earlier
+        inside = (columns >= start[k, :rows, None]) & (columns < end[k, :rows, None])
+        out[:rows] = torch.where(inside, value[k].to(self.dtype), out[:rows])
     return out
 
 

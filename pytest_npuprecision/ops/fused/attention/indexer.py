@@ -20,7 +20,7 @@ import torch
 
 from ..opmath import int_list, opmath_dtype
 from ..record import FusedOp, TopKSelection, UnjudgedFusedCall
-from .sparse import _paged, _rows
+from .sparse import batch_rows, paged_rows
 
 
 def npu_lightning_indexer(query, key, weights, *, actual_seq_lengths_query=None, actual_seq_lengths_key=None,
@@ -53,16 +53,11 @@ def _layout_scores(query, key, weights, lengths_q, lengths_k, block_table, layou
     if q_layout not in ("BSND", "TND") or k_layout not in ("BSND", "TND", "PA_BSND"):
         raise UnjudgedFusedCall(f"layouts {q_layout}/{k_layout} are not documented")
     batch = len(int_list(lengths_q)) if q_layout == "TND" else query.shape[0]
-    queries, row_weights = (_rows(t, q_layout, lengths_q, batch) for t in (query, weights))
+    queries, row_weights = (batch_rows(t, q_layout, lengths_q, batch) for t in (query, weights))
     if k_layout == "PA_BSND":
-        keys = _paged(key, block_table, int_list(lengths_k))
+        keys = paged_rows(key, block_table, int_list(lengths_k))
     else:
-        keys = _rows(key, k_layout, lengths_k, batch)
-        if k_layout == "BSND" and lengths_k is not None:
-            keys = [k[:n] for k, n in zip(keys, int_list(lengths_k))]
-    if q_layout == "BSND" and lengths_q is not None:
-        valid = int_list(lengths_q)
-        queries, row_weights = ([t[:n] for t, n in zip(ts, valid)] for ts in (queries, row_weights))
+        keys = batch_rows(key, k_layout, lengths_k, batch)
     width = max([1] + [k.shape[0] for k in keys])
     parts = [_batch_scores(q, k, w, mode, dtype, width) for q, k, w in zip(queries, keys, row_weights)]
     rows = query.shape[0] if q_layout == "TND" else query.shape[1]

@@ -16,17 +16,19 @@ from ..opmath import int_list, opmath_dtype
 from ..record import FusedOp, UnjudgedFusedCall
 
 
-def _rows(t: torch.Tensor | None, layout: str, lengths, batch: int):
-    """t (BSND, or TND packed with cumulative lengths) as one [S, N, D] tensor per batch."""
+def batch_rows(t: torch.Tensor | None, layout: str, lengths, batch: int):
+    """t as one [S, N, D] tensor per batch: TND packed with cumulative lengths, or BSND with its first
+    lengths[b] rows valid (all of them where lengths is None)."""
     if t is None:
         return [None] * batch
     if layout == "TND":
         ends = int_list(lengths)
         return [t[start:end] for start, end in zip([0, *ends[:-1]], ends)]
-    return list(t.unbind(0))
+    rows = list(t.unbind(0))
+    return rows if lengths is None else [r[:n] for r, n in zip(rows, int_list(lengths))]
 
 
-def _paged(t: torch.Tensor | None, block_table: torch.Tensor, lengths: list[int]):
+def paged_rows(t: torch.Tensor | None, block_table: torch.Tensor, lengths: list[int]):
     """A paged cache [blocks, block_size, N, D] gathered into each batch's [S_kv, N, D]."""
     if t is None:
         return [None] * len(lengths)
@@ -57,21 +59,15 @@ def npu_sparse_flash_attention(query, key, value, sparse_indices, scale_value, s
         raise UnjudgedFusedCall(f"layouts {q_layout}/{kv_layout} are not documented")
     dtype = opmath_dtype(query.dtype)
     batch = len(int_list(actual_seq_lengths_query)) if q_layout == "TND" else query.shape[0]
-    queries = _rows(query, q_layout, actual_seq_lengths_query, batch)
-    query_ropes = _rows(query_rope, q_layout, actual_seq_lengths_query, batch)
-    indices = _rows(sparse_indices, q_layout, actual_seq_lengths_query, batch)
+    queries = batch_rows(query, q_layout, actual_seq_lengths_query, batch)
+    query_ropes = batch_rows(query_rope, q_layout, actual_seq_lengths_query, batch)
+    indices = batch_rows(sparse_indices, q_layout, actual_seq_lengths_query, batch)
     if kv_layout == "PA_BSND":
         lengths = int_list(actual_seq_lengths_kv)
-        keys, values, key_ropes = (_paged(t, block_table, lengths) for t in (key, value, key_rope))
+        keys, values, key_ropes = (paged_rows(t, block_table, lengths) for t in (key, value, key_rope))
     else:
-        keys, values, key_ropes = (_rows(t, kv_layout, actual_seq_lengths_kv, batch) for t in (key, value, key_rope))
-    if q_layout == "BSND" and actual_seq_lengths_query is not None:
-        valid = int_list(actual_seq_lengths_query)
-        queries, query_ropes, indices = ([None if t is None else t[:n] for t, n in zip(ts, valid)]
-                                         for ts in (queries, query_ropes, indices))
-    if kv_layout == "BSND" and actual_seq_lengths_kv is not None:
-        keys, values, key_ropes = ([None if t is None else t[:n] for t, n in zip(ts, int_list(actual_seq_lengths_kv))]
-                                   for ts in (keys, values, key_ropes))
+        keys, values, key_ropes = (batch_rows(t, kv_layout, actual_seq_lengths_kv, batch)
+                                   for t in (key, value, key_rope))
     outs = [_attend_selected(*parts, float(scale_value), int(sparse_mode), dtype)
             for parts in zip(queries, keys, values, query_ropes, key_ropes, indices)]
     if q_layout == "TND":

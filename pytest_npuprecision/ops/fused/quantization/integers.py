@@ -16,17 +16,24 @@ from ..opmath import int_list
 from ..record import FusedOp, UnjudgedFusedCall
 
 INT8_MIN, INT8_MAX = -128, 127
-_INT4_PER_INT32 = 8
+INT4_PER_INT32 = 8
 
 
-def _wide(golden: bool) -> torch.dtype:
+def compute_dtype(golden: bool) -> torch.dtype:
+    """What a quantizer computes in: float64 in the golden, float32 on a device."""
     return torch.float64 if golden else torch.float32
 
 
-def _int8_result(value: torch.Tensor, golden: bool) -> torch.Tensor:
+def int8_result(value: torch.Tensor, golden: bool) -> torch.Tensor:
     """value saturated to int8's range: unrounded in the golden, rounded to int8 otherwise."""
     value = value.clamp(INT8_MIN, INT8_MAX)
     return value if golden else torch.round(value).to(torch.int8)
+
+
+def scaled_int8(values: torch.Tensor, scale: torch.Tensor, golden: bool) -> torch.Tensor:
+    """values over their (broadcast) symmetric scale, 0 where the scale is 0, as int8_result gives them."""
+    quotient = torch.where(scale > 0, values / scale.clamp(min=torch.finfo(values.dtype).tiny), 0)
+    return int8_result(quotient, golden)
 
 
 def _int8_only(dst_type, op: str) -> None:
@@ -58,7 +65,7 @@ def npu_dynamic_quant_asymmetric(x, *, smooth_scales=None, group_index=None, dst
     shape less its last dim. In a float64 call (the golden) y is unrounded. A constant row (scale 0) skips."""
     _int8_only(dst_type, "npu_dynamic_quant_asymmetric")
     golden = x.dtype == torch.float64
-    wide = _wide(golden)
+    wide = compute_dtype(golden)
     values = x.to(wide)
     if smooth_scales is not None and group_index is None:
         values = values * smooth_scales.to(wide)
@@ -71,7 +78,7 @@ def npu_dynamic_quant_asymmetric(x, *, smooth_scales=None, group_index=None, dst
                                 "divides by it) has no reference here")
     scale = (high - low) / (INT8_MAX - INT8_MIN)
     offset = INT8_MAX - high / scale
-    y = _int8_result(values / scale[..., None] + offset[..., None], golden)
+    y = int8_result(values / scale[..., None] + offset[..., None], golden)
     return y, scale, offset
 
 
@@ -83,11 +90,11 @@ def npu_group_quant(x, scale, group_index, *, offset=None, dst_dtype=None):
     unrounded in a float64 call (the golden)."""
     _int8_only(dst_dtype, "npu_group_quant")
     golden = x.dtype == torch.float64
-    wide = _wide(golden)
+    wide = compute_dtype(golden)
     value = _rows_by_group(x.to(wide), group_index, scale.to(wide), "npu_group_quant")
     if offset is not None:
         value = value + offset.to(wide).reshape(())
-    return _int8_result(value, golden)
+    return int8_result(value, golden)
 
 
 def npu_quant_scatter(input, indices, updates, quant_scales, quant_zero_points=None, axis=-2, quant_axis=-1,
@@ -111,11 +118,11 @@ def npu_quant_scatter(input, indices, updates, quant_scales, quant_zero_points=N
         raise UnjudgedFusedCall(f"npu_quant_scatter along axis {axis}, quantized along {quant_axis} (documented: "
                                 f"axis neither the first nor the last dim, quant_axis the last) has no reference here")
     golden = updates.dtype == torch.float64
-    wide = _wide(golden)
+    wide = compute_dtype(golden)
     value = updates.to(wide) / quant_scales.to(wide).reshape(-1)
     if quant_zero_points is not None:
         value = value + quant_zero_points.to(wide).reshape(-1)
-    value = _int8_result(value, golden)
+    value = int8_result(value, golden)
     out = input.to(value.dtype) if golden else input.clone()
     places = indices.to(torch.int64).reshape(indices.shape[0], -1).tolist()
     for i, place in enumerate(places):
@@ -127,7 +134,7 @@ def npu_quant_scatter(input, indices, updates, quant_scales, quant_zero_points=N
 def _int4_unpacked(x: torch.Tensor) -> torch.Tensor:
     """int32 [..., n] holding eight int4 values each (value j in bits 4j to 4j + 3, two's complement)
     -> int64 [..., 8n]."""
-    shifts = 4 * torch.arange(_INT4_PER_INT32, device=x.device)
+    shifts = 4 * torch.arange(INT4_PER_INT32, device=x.device)
     nibbles = (x.to(torch.int64)[..., None] >> shifts) & 0xF
     return torch.where(nibbles >= 8, nibbles - 16, nibbles).reshape(*x.shape[:-1], -1)
 
@@ -146,7 +153,7 @@ def npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
         raise UnjudgedFusedCall(f"npu_anti_quant of a {x.dtype} x (documented: int8, int32 packing int4) has no "
                                 f"reference here")
     golden = scale.dtype == torch.float64
-    wide = _wide(golden)
+    wide = compute_dtype(golden)
     y = values.to(wide)
     if offset is not None:
         y = y + offset.to(wide)
@@ -164,7 +171,7 @@ def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)
     if dst_type is not None and dst_type != torch.int8:
         raise UnjudgedFusedCall(f"dst_type {dst_type} (int4 packed into int32) has no reference here")
     golden = x.dtype == torch.float64
-    wide = torch.float64 if golden else torch.float32
+    wide = compute_dtype(golden)
     values = x.to(wide)
     if smooth_scales is not None and group_index is None:
         values = values * smooth_scales.to(wide)
@@ -175,14 +182,9 @@ def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)
             start = max(start, end)
         values = rows.reshape(values.shape)
     scale = values.abs().amax(-1) / INT8_MAX
-    quotient = torch.where(scale[..., None] > 0, values / scale[..., None].clamp(min=torch.finfo(wide).tiny), 0)
-    quotient = quotient.clamp(-INT8_MAX - 1, INT8_MAX)
-    if golden:
-        return quotient, scale
-    return torch.round(quotient).to(torch.int8), scale.to(torch.float32)
+    return scaled_int8(values, scale[..., None], golden), scale if golden else scale.to(torch.float32)
 
 
-# What npu_quantize's dtype argument makes: the integer type, and its range the result saturates to.
 # What npu_quantize's dtype argument makes: the integer type, and its range the result saturates to.
 _QUANTIZED_TO = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.int8: torch.int8, torch.uint8: torch.uint8,
                  torch.int32: torch.int32, torch.qint32: torch.int32}

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..opmath import int_list, statistic_dtype
 from ..record import FusedOp, UnjudgedFusedCall
+from .integers import INT4_PER_INT32, INT8_MAX, compute_dtype, scaled_int8
 
 E8M0_BIAS = 127
 E8M0_NAN = 255
@@ -118,7 +119,7 @@ def npu_dynamic_mx_quant(input, *, axis=-1, round_mode="rint", dst_type=296, blo
     element = _element_format(dst_type)
     scale_alg = _checked_modes(round_mode, scale_alg)
     golden = input.dtype == torch.float64
-    wide = torch.float64 if golden else torch.float32
+    wide = compute_dtype(golden)
     axis = axis % input.dim()
     blocks, length = _blocks(input.to(wide), axis, int(block_size))
     shared = _shared_exponents(blocks, element, scale_alg, max_low_bound)
@@ -142,7 +143,7 @@ def npu_grouped_dynamic_mx_quant(x, group_index, *, round_mode="rint", dst_type=
     element = _element_format(dst_type)
     scale_alg = _checked_modes(round_mode, scale_alg)
     golden = x.dtype == torch.float64
-    wide = torch.float64 if golden else torch.float32
+    wide = compute_dtype(golden)
     values, block, span = x.to(wide), int(blocksize), 2 * int(blocksize)
     ends = int_list(group_index)
     ys, pairs = [], x.shape[0] // span + len(ends)
@@ -165,9 +166,6 @@ def npu_grouped_dynamic_mx_quant(x, group_index, *, round_mode="rint", dst_type=
     return y, scale.reshape(pairs, 2, -1).transpose(1, 2)
 
 
-INT8_MAX = 127
-
-
 def npu_dynamic_block_quant(x, *, min_scale=0.0, round_mode="rint", dst_type=1, row_block_size=1,
                             col_block_size=128):
     """torch_npu.npu_dynamic_block_quant(x, *, min_scale=0.0, round_mode="rint", dst_type=1, row_block_size=1,
@@ -182,7 +180,7 @@ def npu_dynamic_block_quant(x, *, min_scale=0.0, round_mode="rint", dst_type=1, 
     if round_mode != "rint":
         raise UnjudgedFusedCall(f"round_mode {round_mode!r} (hifloat8's) has no reference here")
     golden = x.dtype == torch.float64
-    wide = torch.float64 if golden else torch.float32
+    wide = compute_dtype(golden)
     rows, cols = int(row_block_size), int(col_block_size)
     values = x.to(wide)
     *batch, m, n = values.shape
@@ -191,14 +189,7 @@ def npu_dynamic_block_quant(x, *, min_scale=0.0, round_mode="rint", dst_type=1, 
     amax = blocks.abs().amax(dim=(-3, -1))
     scale = torch.maximum(amax / INT8_MAX, torch.tensor(float(min_scale), dtype=wide))
     spread = scale.repeat_interleave(rows, -2).repeat_interleave(cols, -1)[..., :m, :n]
-    quotient = torch.where(spread > 0, values / spread.clamp(min=torch.finfo(wide).tiny), 0)
-    quotient = quotient.clamp(-INT8_MAX - 1, INT8_MAX)
-    if golden:
-        return quotient, scale
-    return torch.round(quotient).to(torch.int8), scale.to(statistic_dtype(x.dtype))
-
-
-_INT4_PER_INT32 = 8
+    return scaled_int8(values, spread, golden), scale if golden else scale.to(statistic_dtype(x.dtype))
 
 
 def npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
@@ -208,8 +199,8 @@ def npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
     value j of each eight in bits 4j to 4j + 3 (its two's complement nibble). Judged bit-exact."""
     if weight.dtype != torch.int32:
         raise UnjudgedFusedCall(f"a {weight.dtype} weight (float packed to float4_e2m1) has no reference here")
-    nibbles = (weight.to(torch.int64) & 0xF).reshape(*weight.shape[:-1], -1, _INT4_PER_INT32)
-    shifts = 4 * torch.arange(_INT4_PER_INT32, device=weight.device)
+    nibbles = (weight.to(torch.int64) & 0xF).reshape(*weight.shape[:-1], -1, INT4_PER_INT32)
+    shifts = 4 * torch.arange(INT4_PER_INT32, device=weight.device)
     packed = (nibbles << shifts).sum(-1)  # in [0, 2^32): its bits as an int32
     return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
