@@ -52,7 +52,7 @@ register_op("example_swiglu", example_swiglu, reference=swiglu_reference, like="
 def pytest_configure(config):
     """The project's own test run judges the shipped op cases on the CPU, where their expectations were
     set: ``auto`` would take a GPU where one is visible, and CUDA's half cumsum errs past its bound
-    there (tests/test_cuda_findings.py keeps that finding). A run that checks a dump or names a device
+    there (tests/backends/test_cuda_findings.py keeps that finding). A run that checks a dump or names a device
     is left as asked."""
     if config.getoption("npu_precision_device", None) == "auto" and not config.getoption("npu_precision", None):
         config.option.npu_precision_device = "cpu"

@@ -29,7 +29,7 @@ recall of at least 90 % with a baseline and 85 % without.
 
 With ``--device cuda`` (or any torch device), torch's own kernel run there joins each cell's fair
 kernels: a vendor's kernels must pass in every mode too, with torch's CPU kernel as their peer
-baseline. float32 runs there at IEEE precision (TF32 off: the math modes judge TF32, tests/test_math_modes.py).
+baseline. float32 runs there at IEEE precision (TF32 off: the math modes judge TF32, tests/common/test_math_modes.py).
 
     python benchmarks/defect_suite.py [--quick] [--ops softmax,matmul] [--dtypes float16] [--device cuda]
 """
@@ -235,7 +235,7 @@ def _float32_severity(cell: Cell, kind: str) -> str:
 
 
 # A device's own kernels measured to err past a fair kernel, found with --device: counted apart from
-# the fair kernels, and reported as they fare (tests/test_cuda_findings.py keeps each finding). The
+# the fair kernels, and reported as they fare (tests/backends/test_cuda_findings.py keeps each finding). The
 # attention's lean shows where the scores are moderate: with scores 3x wider it leans 2 ulp and passes.
 KNOWN_IMPRECISE = {
     ("Torch.cumsum", torch.float16, "cuda"): "CUDA's cumsum keeps its running sum in the half type",

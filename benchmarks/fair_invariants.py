@@ -9,7 +9,7 @@ every check must pass it, forward and backward, alone and beside a baseline (tor
     python benchmarks/fair_invariants.py                  # every subject, 20 examples each
     python benchmarks/fair_invariants.py --examples 200 --ops softmax layer_norm
 
-tests/test_fair_is_green.py runs the same property in a fast Hypothesis profile.
+tests/precision/test_fair_is_green.py runs the same property in a fast Hypothesis profile.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ being independent: each addition of one value to a partial sum in one binade err
     python benchmarks/fair_orders.py                 # every op, order, pattern, length and dtype
     python benchmarks/fair_orders.py --ops sum matmul --lengths 4096
 
-tests/test_fair_is_green.py draws from the same cells with Hypothesis.
+tests/precision/test_fair_is_green.py draws from the same cells with Hypothesis.
 """
 
 from __future__ import annotations

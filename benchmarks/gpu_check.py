@@ -7,7 +7,8 @@ project installed (pip install -e ".[test]"). Each step runs pytest (or a probe)
 
 1. TF32 rounding: how cuBLAS and cuDNN round float32 inputs with TF32 on (tf32_rounding.py): the
    rounding that reproduces their results to a few float32 ulp is the one the bounds assume.
-2. The GPU tests (tests/test_cuda.py, test_cuda_findings.py, test_backends.py, test_math_modes.py).
+2. The GPU tests (tests/backends/test_cuda.py, test_cuda_findings.py, test_backends.py,
+   tests/common/test_math_modes.py).
 3. The float32 CNN dump (examples/cnn_float32_tensor) on cuda as run, as IEEE and pinned to IEEE.
 4. The whole test suite with the GPU visible (-n SUITE_WORKERS, every core but one).
 5. The shipped example dumps on cuda, serial and with -n WORKERS (per-case time from the wall time).
@@ -63,8 +64,8 @@ def steps(workers: int, suite_workers: int, opinfo: Path | None) -> list[Step]:
     return [
         Step("tf32 rounding probe", [sys.executable, "benchmarks/tf32_rounding.py"],
              "rne10 fits cuBLAS/cuDNN with TF32 on", 120),
-        Step("GPU tests", pytest("tests/test_cuda.py", "tests/test_cuda_findings.py", "tests/test_backends.py",
-                                 "tests/test_math_modes.py"), "all pass"),
+        Step("GPU tests", pytest("tests/backends/test_cuda.py", "tests/backends/test_cuda_findings.py",
+                                 "tests/backends/test_backends.py", "tests/common/test_math_modes.py"), "all pass"),
         Step("cnn float32 on cuda, as-run", pytest("--npu-precision", cnn, "--npu-precision-device", "cuda"),
              "all pass (TF32 convs judged as TF32)"),
         Step("cnn float32 on cuda, ieee",

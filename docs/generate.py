@@ -4,9 +4,9 @@
     python docs/generate.py --check   # exit 1, naming the stale pages, when a committed page differs
 
 Sources: pytest_npuprecision/data/thresholds.yaml (limits), the op catalogue (pytest_npuprecision.ops.catalogue:
-every op's standard, reduction, roundings, reference and traits, joined from data/ops.yaml, the bounds'
-accumulation rules and the fused references) and pytest_npuprecision.ops.fused.FUSED_OPS (the Ascend
-fused-op references, with the standard the tables give each).
+every op's record in pytest_npuprecision/ops/table/, its standard, reduction, roundings and traits, with
+its torch_npu reference) and pytest_npuprecision.ops.fused.FUSED_OPS (the Ascend fused-op references, with
+the standard each one's record gives it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))  # the checkout's package, whichever one is instal
 
 from pytest_npuprecision.ops.catalogue import OpRecord, catalogue  # noqa: E402
 from pytest_npuprecision.ops.fused import FUSED_OPS  # noqa: E402
-from pytest_npuprecision.precision.rules import Rules, parse_op_name  # noqa: E402
+from pytest_npuprecision.ops.table import FAMILIES  # noqa: E402
+from pytest_npuprecision.precision.rules import Rules  # noqa: E402
 
 DATA = ROOT / "pytest_npuprecision" / "data"
 OUT = ROOT / "docs" / "generated"
@@ -46,11 +47,6 @@ def cell(value) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(cell(v) for v in value)
     return str(value).replace("|", "\\|")
-
-
-def inline_yaml(value) -> str:
-    """{roundings: 1}: as a user writes it in a rules file."""
-    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
 
 
 def table(head: list[str], rows: list[list[str]]) -> str:
@@ -109,7 +105,7 @@ def reduction(record: OpRecord) -> str:
 
 
 def traits(record: OpRecord) -> str:
-    found = [trait.replace("_", " ") for trait in ("plain_sum", "rounded_once", "rounded_once_in_half",
+    found = [trait.replace("_", " ") for trait in ("elementwise", "plain_sum", "rounded_once", "rounded_once_in_half",
                                                    "exactly_rounded", "matrix_algorithm", "normwise",
                                                    "dtype_grid_golden") if getattr(record, trait)]
     return ", ".join(found) or "—"
@@ -125,10 +121,14 @@ def skips(record: OpRecord) -> str:
     return "; ".join(said) or "—"
 
 
+def declared_in() -> dict[str, str]:
+    """Each op's family module of the op table, where its record is written."""
+    return {record.name: f"`{family.__name__.rsplit('.', 1)[-1]}`" for family in FAMILIES for record in family.RECORDS}
+
+
 def ops_page() -> str:
-    data = yaml.safe_load((DATA / "ops.yaml").read_text(encoding="utf-8"))
-    records = catalogue()
-    rows = [[f'<a id="{r.name.lower()}"></a>`{r.name}`',
+    records, modules = catalogue(), declared_in()
+    rows = [[f'<a id="{r.name.lower()}"></a>`{r.name}`', modules.get(r.name, "torch's tag"),
              f"[`{r.standard}`](../standards.md#{r.standard.replace('_', '-')})" if r.standard else "—",
              r.table.backward or "—", r.table.level, str(r.roundings), reduction(r),
              r.math_family or "—", traits(r),
@@ -136,11 +136,14 @@ def ops_page() -> str:
              f"`{r.reference.signature.split('(')[0]}`" if r.reference else "—", skips(r)] for r in records]
     parts = [HEADER.format(source="the op catalogue, pytest_npuprecision.ops.catalogue"), "# Op catalogue\n\n",
              f"Everything the harness knows about each of its {len(records)} ops, one row per record of "
-             "`pytest_npuprecision.ops.catalogue`, which joins the op table (`pytest_npuprecision/data/ops.yaml`: "
-             "standard, level, roundings), the accumulation rules (`pytest_npuprecision/bounds/accumulation.py`), "
-             "the torch_npu references (`pytest_npuprecision/ops/fused/`), which ops draw random numbers "
-             "(`pytest_npuprecision/ops/randomness.py`) and its own traits, and refuses tables "
-             "that contradict each other. Names are msprobe's after the prefix (`Functional.gelu` → `gelu`); "
+             "`pytest_npuprecision.ops.catalogue`. Each record is written once, in its family's module of "
+             "`pytest_npuprecision/ops/table/` (the \"family\" column): its standard, level and roundings, its "
+             "accumulation rule (shared rules in `pytest_npuprecision/bounds/accumulation.py`), its float32 "
+             "family, traits, randomness and why it skips. A torch_npu op's reference (`pytest_npuprecision/ops/"
+             "fused/`) joins its record by name, and every op torch tags `nondeterministic_seeded` is random "
+             "(\"torch's tag\"). The catalogue refuses a record that contradicts itself, naming the op; a "
+             "`--npu-precision-rules` file goes over any record's standard, level and roundings "
+             "([docs/standards.md](../standards.md#overriding-the-tables)). Names are msprobe's after the prefix (`Functional.gelu` → `gelu`); "
              "dunders and in-place variants are folded (`Tensor.__iadd__`, `Tensor.add_` → `add`). An op with "
              "no standard uses `error_bound` for float outputs; integer and bool outputs are always `binary`. "
              "With a baseline, every float op that is not binary is judged by the benchmark ratios at its "
@@ -151,28 +154,25 @@ def ops_page() -> str:
              "register one; `MindSpeed.<module>.<op>` names of the ops MindSpeed wraps are judged offline "
              "against the reference of the op they wrap (`gmm.npu_gmm`, `gmm.npu_gmm_v2`, "
              "`fusion_attention_v2.npu_fusion_attention`).\n\n",
-             table(["op", "standard", "backward", "level", "roundings", "reduction", "float32 family", "traits",
+             table(["op", "family", "standard", "backward", "level", "roundings", "reduction", "float32 family", "traits",
                     "statistics invariants", "torch_npu reference", "not supported, and why"], rows),
-             f"\n## Backward cases\n\nEvery backward case allows {data['backward_roundings']} intermediate "
-             "roundings in the output dtype: a gradient is a chain of ops, each free to round.\n",
-             "\n## Per-op overrides\n\n",
-             "The shipped op table's per-op rows: the same shape a `--npu-precision-rules` file takes under "
-             "`ops:`.\n\n",
-             table(["op", "override"], [[f"`{op}`", f"`{inline_yaml(rule)}`"] for op, rule in data["ops"].items()])]
+             f"\n## Backward cases\n\nEvery backward case allows {Rules.default().backward_roundings} intermediate "
+             "roundings in the output dtype (`backward_roundings` in thresholds.yaml): a gradient is a chain of "
+             "ops, each free to round.\n"]
     return "".join(parts)
 
 
 def fused_ops_page() -> str:
-    rules = Rules.default()
-    rows = [[f"`{op.name}`", cell(op.outputs), rules.op_rule(parse_op_name(f"NPU.{op.name}")).standard,
+    records = catalogue()
+    rows = [[f"`{op.name}`", cell(op.outputs), records.get(op.name).standard,
              cell(op.unsupported) or "—"] for op in FUSED_OPS.values()]
     return "".join([
-        HEADER.format(source="pytest_npuprecision.ops.fused.FUSED_OPS and pytest_npuprecision/data/ops.yaml"),
+        HEADER.format(source="pytest_npuprecision.ops.fused.FUSED_OPS and the op catalogue"),
         "# Ascend fused ops table\n\n",
         "Each `NPU.<op>` below has a float64 pure-torch reference in `pytest_npuprecision/ops/fused/`, written "
         "from torch_npu's public API documentation; the golden runs it without torch_npu "
         "([Offline check and Ascend fused ops](../offline.md#ascend-fused-ops)). The standard is the one "
-        "the op table gives the op.\n\n",
+        "the op's record gives it (`pytest_npuprecision/ops/table/torch_npu.py`).\n\n",
         table(["op", "outputs compared", "standard", "not supported, and why"], rows)])
 
 

@@ -37,8 +37,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from .common.dtypes import parse_dtype
-from .common.torch_compat import nextafter
+from .common import nextafter, parse_dtype
 
 SPECIAL_VALUES = ("zero", "subnormal", "max", "near_overflow", "inf", "nan")
 DEFAULT_RANGE = (-8.0, 8.0)  # float inputs; wide enough to exercise an op, far from any overflow

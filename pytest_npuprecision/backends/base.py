@@ -25,8 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..common.math_modes import IEEE, Float32Modes, half_products, tf32
-from ..common.torch_compat import fp32_precision
+from ..common import Float32Modes, IEEE, fp32_precision, half_products, tf32
 
 
 class BackendError(RuntimeError):

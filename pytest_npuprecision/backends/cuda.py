@@ -13,8 +13,7 @@ from typing import Iterator
 
 import torch
 
-from ..common.math_modes import IEEE, Float32Modes, tf32
-from ..common.torch_compat import fp32_precision
+from ..common import Float32Modes, IEEE, fp32_precision, tf32
 from .base import Backend, BackendError, BackendInfo, deterministic, switched
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..common.math_modes import Float32Modes
+from ..common import Float32Modes
 from .base import Backend, BackendError, BackendInfo
 
 DUMPED = "dumped"

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from ..common.math_modes import IEEE, Float32Modes, hf32
+from ..common import Float32Modes, IEEE, hf32
 from .base import Backend, BackendError, BackendInfo, deterministic, switched
 
 

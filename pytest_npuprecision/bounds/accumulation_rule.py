@@ -1,6 +1,6 @@
 """What an accumulation rule says of one op: its reduction length, its term norms and sensitivities, and
-which outputs err together. The rules themselves are accumulation.py's table; the roundings a fair kernel
-makes are the op table's (data/ops.yaml), one value per op in its catalogue record.
+which outputs err together. The rules ops share are accumulation.py's; which op follows which is its
+catalogue record's (ops/table/), as are the roundings a fair kernel makes.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ class AccumulationRule:
     # term_norm cannot say (None: it does): the mean a norm or var_mean also returns (judged on its own
     # size, it cancels), an SVD's factors, whose shapes its arguments choose.
     output_norms: Callable[[Sequence[Any], Mapping[str, Any], str, torch.Size], torch.Tensor | None] | None = None
+    # argument paths of sampling coordinates (grid_sample's grid), which move by the roundings of the
+    # pixel coordinate computed from them rather than by their own ulp (bounds/terms/sampling_terms.py)
+    coordinates: frozenset[str] = frozenset()
 
     @property
     def reduces(self) -> bool:

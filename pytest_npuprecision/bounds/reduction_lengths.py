@@ -171,7 +171,7 @@ class Interpolation:
         return torch.zeros((), dtype=torch.float64) if moved is None else moved
 
     def rule(self) -> AccumulationRule:
-        # Its one rounding between passes is the op table's (data/ops.yaml, interpolate).
+        # Its one rounding between passes is its record's (ops/table/sampling.py, interpolate).
         return AccumulationRule(self.length, squared=True, term_norm=self.terms,
                                 sensitivity=self.sensitivity)
 
@@ -260,24 +260,14 @@ def fusion_attention_lengths(args, kwargs, head_num_index: int = 3) -> tuple[int
     return query.shape[SEQUENCE_DIM[layout]], key.shape[SEQUENCE_DIM[layout]], head_dim
 
 
-# The inference attention ops' argument names: (query heads, query lengths, key lengths); IFA's
-# actual_seq_lengths are its key lengths.
-INFER_ATTENTION_NAMES = {
-    "npu_prompt_flash_attention": ("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv"),
-    "npu_incre_flash_attention": ("num_heads", None, "actual_seq_lengths"),
-    "npu_fused_infer_attention_score": ("num_heads", "actual_seq_lengths", "actual_seq_lengths_kv"),
-    "npu_fused_infer_attention_score_v2": ("num_query_heads", "actual_seq_qlen", "actual_seq_kvlen"),
-}
-
-
-def infer_attention_lengths(op: str, args, kwargs) -> tuple[int, int]:
+def infer_attention_lengths(heads_name: str, kv_name: str, args, kwargs) -> tuple[int, int]:
     """(key length, head dim) of an inference attention call: the longest batch's keys, the shared
-    prefix in front of them, and the rope part of the head dim (MLA).
+    prefix in front of them, and the rope part of the head dim (MLA). ``heads_name`` names its keyword
+    of query heads, ``kv_name`` that of its key lengths (incre flash attention's actual_seq_lengths).
 
     A paged cache holds each batch's keys in blocks: its lengths are the per-batch key lengths (all
     the table's blocks when unreadable). TND and NTD pack sequences: the longest, from cumulative ends.
     """
-    heads_name, _, kv_name = INFER_ATTENTION_NAMES[op]
     query, key = argument(args, kwargs, 0, "query"), argument(args, kwargs, 1, "key")
     layout = str(kwargs.get("input_layout", "BSH")).split("_")[0]
     head_dim = query.shape[-1] // int(kwargs.get(heads_name, 1)) if layout == "BSH" else query.shape[-1]

@@ -4,6 +4,12 @@ Layer: beside ``opcases``, over ``reports`` (docs/architecture.md): the recorder
 ``common``; checking a captured dump imports ``checks`` and ``dump``.
 """
 
-from .recorder import Capture, CaptureGapWarning, capture
+from __future__ import annotations
 
-__all__ = ["Capture", "CaptureGapWarning", "capture"]
+from ..common import lazy_exports
+
+# What other layers use, by the module that defines it: loaded on first use.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "fixture": ("CaptureFixture",),
+    "recorder": ("Capture", "CaptureGapWarning", "capture"),
+})

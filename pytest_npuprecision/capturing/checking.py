@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks.case_run import CaseInputError, CaseSkipped, Settings, run_case
-from ..checks.collectives.ranks import DumpIndex
-from ..dump.dump_cases import load_dump
-from ..precision.verdict import Status, render_message
+from ..checks import CaseInputError, CaseSkipped, DumpIndex, Settings, run_case
+from ..dump import load_dump
+from ..precision import Status, render_message
 
 
 @dataclass(frozen=True)

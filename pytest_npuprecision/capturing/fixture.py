@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..checks.case_run import Settings
-from ..common.shown_text import folder_name
+from ..checks import Settings
+from ..common import folder_name
 from .checking import DumpCheck, check_dump
 from .recorder import capture
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..common.torch_compat import TENSOR_METHOD_PREFIXES
+from ..common import TENSOR_METHOD_PREFIXES
 
 # Calls that read or move metadata, or only re-label memory: msprobe skips them too, and a precision check
 # has nothing to judge in them.
@@ -76,7 +76,7 @@ def api_name(func: Callable[..., Any], caller: FrameType | None) -> str | None:
 def _custom(func: Callable[..., Any]) -> str | None:
     """A function registered with register_op that reaches the mode (``torch.overrides.wrap_torch_function``
     makes a Python function do so) is recorded whole, as ``Custom.<name>``, which the harness resolves."""
-    from ..ops.registry import name_of
+    from ..ops import name_of
 
     name = name_of(func)
     return f"Custom.{name}" if name is not None else None

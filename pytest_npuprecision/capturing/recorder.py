@@ -23,9 +23,8 @@ from typing import Any, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..common.torch_compat import is_compiling
-from ..common.warning_types import CaptureGapWarning
-from ..ops.resolution import is_inplace
+from ..common import CaptureGapWarning, is_compiling
+from ..ops import is_inplace
 from .called import as_called
 from .collectives import PendingWork, collectives_recorded, written_only
 from .describe import TensorSink, describe

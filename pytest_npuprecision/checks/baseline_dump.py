@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..dump.dump_cases import DumpFile, load_dump
-from ..dump.locations import find_dumps, holds_tensor_files
+from ..dump import DumpFile, find_dumps, holds_tensor_files, load_dump
 from .dump_pairing import DumpPairing
 
 

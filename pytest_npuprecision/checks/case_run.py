@@ -17,21 +17,13 @@ from typing import Any
 import torch
 
 from ..backends import Backend, DumpedOutputs, float32_modes_of, load_backend
-from ..common.math_modes import DEFAULT_POLICY
-from ..common.torch_compat import missing_kernel
-from ..dump.autocast import dtype_differences
-from ..dump.descriptors import CaseEntries, DescriptorError
-from ..dump.dump_cases import DumpCase
-from ..dump.entries import EntryUnreadable
-from ..ops.namesakes import unknown_keywords
-from ..precision.error_profile import error_profile
-from ..precision.metrics import Accumulation, Metrics
-from ..precision.rules import Rules
-from ..precision.verdict import Status
-from ..replay import threads
-from ..replay.memory_budget import input_elements
-from ..replay.prepared import PreparedCall
-from ..replay.runner import GoldenNotWide, OpExecutionError, RunOutput, RunResult, golden_runs, replay
+from ..common import DEFAULT_POLICY, missing_kernel
+from ..dump import CaseEntries, DescriptorError, DumpCase, EntryUnreadable, dtype_differences
+from ..ops import unknown_keywords
+from ..precision import Accumulation, Metrics, Rules, Status, error_profile
+from ..replay import (
+    GoldenNotWide, OpExecutionError, PreparedCall, RunOutput, RunResult, golden_runs, input_elements, replay, threads,
+)
 from .baseline_dump import BaselineDump
 from .collectives.fused import FUSED
 from .collectives.ranks import DumpIndex

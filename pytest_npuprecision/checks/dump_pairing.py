@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..dump.descriptors import DescriptorError, TensorSpec, decode_call, decode_value, iter_specs
-from ..dump.dump_cases import DumpCase, DumpFile
-from ..dump.locations import dump_location
+from ..dump import DescriptorError, DumpCase, DumpFile, TensorSpec, decode_call, decode_value, dump_location, iter_specs
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..common.memory_sizes import format_size
-from ..common.shown_text import folder_name
+from ..common import folder_name, format_size
 
 CASE_BYTES = 256 << 20
 RUN_BYTES = 2 << 30

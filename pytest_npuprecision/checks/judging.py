@@ -8,15 +8,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..common.dtypes import float_format, parse_dtype
-from ..common.math_modes import DEFAULT_POLICY, POLICIES, MathMode
-from ..ops.catalogue import op_record
-from ..precision.measuring import compute_metrics, compute_metrics_each
-from ..precision.metrics import Accumulation, Metrics, element_index
-from ..precision.rules import OpName, Rules, parse_op_name
-from ..precision.second_look import widened
-from ..precision.standards import STANDARDS, Standard, Subject, beside_baseline, inf_nan_gate, rounding_gate
-from ..precision.verdict import Check, Element, Status, Verdict, render_message
+from ..common import DEFAULT_POLICY, MathMode, POLICIES, float_format, parse_dtype
+from ..ops import op_record, op_rule
+from ..precision import (
+    Accumulation, Check, Element, Metrics, OpName, Rules, STANDARDS, Standard, Status, Subject, Verdict,
+    beside_baseline, compute_metrics, compute_metrics_each, element_index, inf_nan_gate, parse_op_name, render_message,
+    rounding_gate, widened,
+)
 
 
 def judge(
@@ -80,10 +78,10 @@ def judge(
         raise ValueError(f"dtype {target} is complex: judge the real and imaginary parts separately")
     name = parse_op_name(op) if op is not None else None
 
-    rule = rules.op_rule(name)
+    rule = op_rule(rules, name)
     accumulation = _accumulation(name, op, accumulation, inputs)
-    if rules.roundings(name) > accumulation.roundings:
-        accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name))
+    if rules.roundings(name, rule) > accumulation.roundings:
+        accumulation = dataclasses.replace(accumulation, roundings=rules.roundings(name, rule))
     if float32 not in POLICIES:
         raise ValueError(f"float32 {float32!r} is not a policy: use one of {', '.join(POLICIES)}")
     mode = accumulation.math_mode if target.is_floating_point and accumulation.input_share(float_format(target)) \
@@ -257,8 +255,8 @@ def _accumulation(name, op: str | None, accumulation: Accumulation | None,
             raise ValueError("pass inputs= or accumulation=, not both: inputs derive the accumulation")
         if name is None:
             raise ValueError("inputs= needs op=: the op says how its inputs accumulate")
-        from ..ops.resolution import resolve  # the tables of ops and their rules, only where a call is described
-        from ..replay.error_bounds import accumulation_for
+        from ..ops import resolve  # the tables of ops and their rules, only where a call is described
+        from ..replay import accumulation_for
 
         # The API without index and direction ("Torch.matmul.0.forward" -> "Torch.matmul"); a bare
         # name is torch's own ("matmul").

@@ -13,15 +13,12 @@ from typing import Any, Callable
 import torch
 
 from ..backends import Backend, load_backend
-from ..common.math_modes import DEFAULT_POLICY
-from ..ops.namesakes import SAME_FUNCTION, NoSingleNamesake
-from ..ops.registry import registered_op
-from ..ops.resolution import ResolvedOp, choose_namesake, operator_name, reference_like, resolve
-from ..precision.metrics import Accumulation
-from ..precision.rules import Rules
-from ..precision.verdict import Status, Verdict, render_message
-from ..replay.prepared import PreparedCall
-from ..replay.runner import RunResult, replay
+from ..common import DEFAULT_POLICY
+from ..ops import (
+    NoSingleNamesake, ResolvedOp, SAME_FUNCTION, choose_namesake, operator_name, reference_like, registered_op, resolve,
+)
+from ..precision import Accumulation, Rules, Status, Verdict, render_message
+from ..replay import PreparedCall, RunResult, replay
 from .judging import judge
 
 

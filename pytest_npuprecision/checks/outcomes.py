@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..dump.dump_cases import DumpCase
-from ..dump.fingerprint import InputFingerprint
-from ..precision.error_profile import ErrorProfile
-from ..precision.verdict import Status, Verdict
+from ..dump import DumpCase, InputFingerprint
+from ..precision import ErrorProfile, Status, Verdict
 
 
 class CaseSkipped(Exception):

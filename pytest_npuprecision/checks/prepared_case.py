@@ -17,19 +17,15 @@ from typing import Any
 import torch
 
 from ..backends import DumpedOutputs
-from ..common.memory_sizes import format_size
-from ..dump.arguments import CallInputs, materialize
-from ..dump.autocast import inferred_autocast, recorded_dtypes
-from ..dump.descriptors import CaseEntries, DescriptorError, DumpDataError
-from ..dump.dump_cases import DumpCase
-from ..dump.fingerprint import InputFingerprint, fingerprint
-from ..dump.recorded import NothingRecorded, forward_output_shapes, forward_output_tensors, recorded_results
-from ..ops.allowlist import unsafe_argument
-from ..ops.catalogue import random_reason
-from ..ops.namesakes import NoSingleNamesake
-from ..ops.resolution import choose_namesake, op_segment, resolve
-from ..replay.memory_budget import case_bytes
-from ..replay.prepared import PreparedCall
+from ..common import format_size
+from ..dump import (
+    CallInputs, CaseEntries, DescriptorError, DumpCase, DumpDataError, InputFingerprint, NothingRecorded, fingerprint,
+    forward_output_shapes, forward_output_tensors, inferred_autocast, materialize, recorded_dtypes, recorded_results,
+)
+from ..ops import (
+    NoSingleNamesake, choose_namesake, golden_on_dtype_grid, op_segment, random_reason, resolve, unsafe_argument,
+)
+from ..replay import PreparedCall, case_bytes
 from .baseline_dump import BaselineDump
 from .outcomes import CaseInputError, CaseSkipped
 from .recorded_baseline import RecordedBaseline, RecordedCase
@@ -98,7 +94,7 @@ def prepare(case: DumpCase, entries: CaseEntries, data_dir: Path, settings: Any)
     call = PreparedCall(op, inputs.args, inputs.kwargs, backward=backward,
                         grad_outputs=inputs.grad_outputs if backward else None, requires_grad=inputs.requires_grad,
                         seed=case.seed, autocast=autocast, recorded=results, float32=settings.float32,
-                        golden_dtype=None if op.base_name in settings.rules.dtype_grid_golden else torch.float64)
+                        golden_dtype=None if golden_on_dtype_grid(settings.rules, op.base_name) else torch.float64)
     compared_dtypes = recorded_dtypes(entries.output(backward=True), "output") if backward else forward_dtypes
     return PreparedCase(call, materialized, prints, recorded, (*inputs.guesses, *([inferred] if inferred else [])),
                         compared_dtypes)

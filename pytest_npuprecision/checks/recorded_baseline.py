@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from ..config.files import ConfigError, load_json, validate
+from ..config import ConfigError, load_json, validate
 
 if TYPE_CHECKING:  # the reports write a record file where torch was never imported
-    from ..precision.metrics import Metrics
+    from ..precision import Metrics
 
 FORMAT = "pytest-npuprecision record"
 VERSION = 1

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Dict, List
 from pydantic import BeforeValidator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..config.schema_fields import Record, Text, count, expected, list_of, mapping
-from ..precision.metrics import Metrics
+from ..config import Record, Text, count, expected, list_of, mapping
+from ..precision import Metrics
 
 
 def _metrics(value: Any) -> Metrics:

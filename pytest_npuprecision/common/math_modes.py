@@ -25,7 +25,7 @@ from typing import Any
 FLOAT32_MANTISSA_BITS = 23
 
 # The families of float32 ops a switch covers; which ops each holds is the op catalogue's
-# (ops.catalogue.MATH_FAMILIES): cuBLAS's and cuDNN's, and the NPU's cube unit.
+# (OpRecord.math_family: ops/table/): cuBLAS's and cuDNN's, and the NPU's cube unit.
 FAMILIES = ("matmul", "conv", "rnn")
 
 

@@ -19,8 +19,7 @@ import torch
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..common.dtypes import parse_dtype
-from ..common.torch_compat import LATER_FLOAT_DTYPES
+from ..common import LATER_FLOAT_DTYPES, parse_dtype
 
 # The branches of a tagged union appear in pydantic's error locations; the formatter drops them.
 BRANCH_TAGS = frozenset({"(number)", "(pair)", "(names)", "(table)", "(limit)"})

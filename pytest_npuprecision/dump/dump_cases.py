@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ..common.shown_text import quoted_key, shown_key
+from ..common import quoted_key, shown_key
 from .descriptors import (
     CaseEntries, MalformedDescriptor, UnsupportedDescriptor, decode_grads, iter_specs, require_rebuildable,
 )

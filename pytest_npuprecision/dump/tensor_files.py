@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common.torch_compat import load_tensors
+from ..common import load_tensors
 from .descriptors import DumpDataError, TensorSpec
 
 _LOADABLE_SUFFIXES = (".pt", ".npy")

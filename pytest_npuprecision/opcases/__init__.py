@@ -10,8 +10,18 @@ Layer: beside ``capturing``, over ``reports`` (docs/architecture.md); imports ``
 
 from __future__ import annotations
 
-from ..ops.registry import CustomOp, register_op, registered_op, unregister_op
-from .spec import Call, OpCase, call
+from ..common import lazy_exports
 
-__all__ = ["Call", "CustomOp", "OpCase", "call", "register_op", "registered_op", "unregister_op"]
-
+# What other layers use, by the module that defines it: loaded on first use.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "failures": ("OpCaseFailure", "OpCaseUsageError"),
+    "message": ("render_outcome",),
+    "regression": ("with_current_settings", "write_regression"),
+    "run": ("ExampleResult", "case_seed"),
+    "schema": (
+        "CASE_DTYPES", "MAX_EXAMPLES", "SchemaError", "count", "load_case_file", "parse_dtypes", "parse_limits",
+        "parse_standard",
+    ),
+    "search": ("OpCaseSettings", "Outcome", "PROFILES", "check_case"),
+    "spec": ("BrokenCase", "Call", "OpCase", "call", "dtype_name", "op_label"),
+})

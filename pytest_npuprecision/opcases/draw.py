@@ -14,7 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from .. import strategies as nst
-from ..common.torch_compat import load_tensors
+from ..common import load_tensors
 from .spec import Call, Fixed, FromFile, InputSpec, OneOf, OpCase, TensorSpec
 
 

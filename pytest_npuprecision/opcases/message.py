@@ -1,6 +1,6 @@
 """The failure message of an op case: the (shrunk) inputs, each failing output's verdict, how to rerun.
 
-A stable, line-oriented format; tests/test_op_cases.py pins it.
+A stable, line-oriented format; tests/opcases/test_op_cases.py pins it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..checks.case_run import baseline_label
-from ..precision.verdict import Status, render_message
-from ..reports.summary import STRICT_WARNINGS_NOTE
+from ..checks import baseline_label
+from ..precision import Status, render_message
+from ..reports import STRICT_WARNINGS_NOTE
 from .run import case_seed
 from .search import OpCaseSettings, Outcome
 from .spec import Call, dtype_name

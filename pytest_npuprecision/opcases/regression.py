@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import yaml
 
-from ..dump.fingerprint import update_with_tensor
+from ..dump import update_with_tensor
 from .run import case_seed
 from .spec import BrokenCase, Call, OpCase, dtype_name, op_label
 

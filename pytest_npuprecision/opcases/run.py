@@ -16,19 +16,12 @@ from typing import Any, Callable
 import torch
 
 from ..backends import Backend
-from ..checks.case_run import OutputVerdict
-from ..checks.judging import judge
-from ..common.math_modes import DEFAULT_POLICY
-from ..common.torch_compat import missing_kernel, newer_op
-from ..ops.registry import CustomOp, entry_point_errors, registered_op
-from ..ops.resolution import ResolvedOp, resolve
-from ..precision.error_profile import error_profile
-from ..precision.metrics import Accumulation
-from ..precision.rules import Rules
-from ..precision.verdict import Check, Status, Verdict
-from ..replay import threads
-from ..replay.runner import GoldenNotWide, OpExecutionError, run_call
-from ..reports.summary import excess, failing_outputs
+from ..checks import OutputVerdict, judge
+from ..common import DEFAULT_POLICY, missing_kernel, newer_op
+from ..ops import CustomOp, ResolvedOp, entry_point_errors, judged_like, registered_op, resolve
+from ..precision import Accumulation, Check, Rules, Status, Verdict, error_profile
+from ..replay import GoldenNotWide, OpExecutionError, run_call, threads
+from ..reports import excess, failing_outputs
 from .schema import SchemaError
 from .spec import Call, OpCase, op_label
 
@@ -162,7 +155,7 @@ def _case_rules(rules: Rules, op: ResolvedOp, case: OpCase, standard: str | None
     forced: a baseline's ratios then judge beside that standard."""
     if not op.like and not case.limits and case.roundings is None and standard is None:
         return rules
-    return rules.with_twin(op.api_name, op.like, standard=standard, limits=case.limits, roundings=case.roundings)
+    return judged_like(rules, op.api_name, op.like, standard=standard, limits=case.limits, roundings=case.roundings)
 
 
 # ---------------------------------------------------------------- one example

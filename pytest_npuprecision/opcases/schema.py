@@ -13,10 +13,9 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..common.dtypes import parse_dtype
-from ..config.files import MAX_BYTES, ConfigError, first_problem, load_yaml
-from ..precision.rules import MAX_ROUNDINGS
-from ..precision.standards import STANDARDS
+from ..common import parse_dtype
+from ..config import ConfigError, MAX_BYTES, first_problem, load_yaml
+from ..precision import MAX_ROUNDINGS, STANDARDS
 from ..strategies import DEFAULT_RANGE, SPECIAL_VALUES
 from .spec import BrokenCase, Fixed, FromFile, InputSpec, OneOf, OpCase, Size, TensorSpec
 
@@ -372,8 +371,8 @@ def parse_limits(raw: Any, reason: Any) -> tuple[dict, str | None]:
         raise SchemaError("limits", f"{raw!r} is not a mapping: write {{standard: {{metric: limit}}}}")
     if reason is None:
         raise SchemaError("reason", "is missing: a case with its own limits must say why, in reason:")
-    from ..precision.rules import schema_vocabulary
-    from ..precision.rules_schema import (  # the same limits, checked by the same layer, as a rules file's
+    from ..precision import schema_vocabulary
+    from ..precision import (  # the same limits, checked by the same layer, as a rules file's
         case_limits,
     )
 

@@ -22,9 +22,9 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FailedHealthCheck, Flaky, HypothesisException, Unsatisfiable
 
 from ..backends import Backend, load_backend
-from ..checks.case_run import baseline_label, golden_label
-from ..common.math_modes import DEFAULT_POLICY
-from ..precision.rules import Rules
+from ..checks import baseline_label, golden_label
+from ..common import DEFAULT_POLICY
+from ..precision import Rules
 from .draw import CaseInputError, call_strategy, fixed_call
 from .run import CaseSpecError, ExampleResult, OpUnavailable, Target, prepare, run_example
 from .schema import SchemaError

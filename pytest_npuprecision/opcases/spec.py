@@ -127,6 +127,6 @@ def op_label(op: str | Callable[..., Any] | None) -> str | None:
     """How an op or reference is written in a case file: its name, or a callable's registered name or dotted path."""
     if op is None or isinstance(op, str):
         return op
-    from ..ops.registry import name_of
+    from ..ops import name_of
 
     return name_of(op) or f"{getattr(op, '__module__', '?')}.{getattr(op, '__qualname__', repr(op))}"

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..common.torch_compat import overridable_functions
+from ..common import overridable_functions
 
 # Tensor dunders that are operators; every other dunder is Python protocol (__reduce_ex__, __setstate__...).
 _BINARY = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "div", "mod", "pow", "and", "or", "xor",

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..common.torch_compat import testing_overrides
+from ..common import testing_overrides
 
 # The torch.linalg functions msprobe hooks, which it names Torch.<name>.
 LINALG = frozenset({

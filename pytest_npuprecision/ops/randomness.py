@@ -7,16 +7,16 @@ SEEDED_ATEN_OPS, the ops recent torches tag (an older torch simply never calls t
 installed torch's own set is read when the first case asks (:func:`seeded_aten_ops`), not at
 collection. ``python -m pytest_npuprecision.ops.randomness`` prints it. Some of these ops draw only
 while an argument says so (dropout's p, a training flag), and some Python functions draw before they
-reach an aten op (fractional max pooling without ``_random_samples``): their switches are spelled out
-by hand in RANDOMNESS, since no tag records them. Names are the catalogue's: in-place spellings are
-folded (``bernoulli_`` is ``bernoulli``'s record).
+reach an aten op (fractional max pooling without ``_random_samples``): their records say so by hand
+(``OpRecord.random``: ops/table/), since no tag records them; the catalogue marks the rest of the
+tagged ops as always random. Names are the catalogue's: in-place spellings are folded (``bernoulli_``
+is ``bernoulli``'s record).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 # What torch 2.13 tags, for ops that the installed torch may not know yet.
@@ -120,41 +120,18 @@ def folded_name(name: str) -> str:
     return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
-_P = Switch(("p",), 1, 0.5, 0)
-_TRAINING = Switch(("training", "train"), 2, True, False)
-_RNN = (Switch(("dropout",), 5, 0.0, 0), Switch(("train",), 6, True, False))
-_FRACTIONAL = (Switch(("_random_samples",), 5, None, _GIVEN),)
-# Ops that draw random numbers only while every one of their switches is on.
-_SWITCHED: dict[str, tuple[Switch, ...]] = {
-    **{op: (_P, _TRAINING) for op in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                                       "feature_alpha_dropout", "feature_dropout", "native_dropout")},
-    "rrelu": (Switch(("training",), 3, False, False),),
-    **{op: _RNN for op in ("lstm", "gru", "rnn_relu", "rnn_tanh")},
-    **{op: _FRACTIONAL for op in ("fractional_max_pool2d", "fractional_max_pool3d",
-                                  "fractional_max_pool2d_with_indices", "fractional_max_pool3d_with_indices")},
-    "scaled_dot_product_attention": (Switch(("dropout_p",), 4, 0.0, 0),),
-    "multi_head_attention_forward": (Switch(("dropout_p",), 10, None, 0), Switch(("training",), 13, True, False)),
-    "npu_fusion_attention": (Switch(("keep_prob",), 9, 1.0, 1),),
-    "npu_fusion_attention_grad": (Switch(("keep_prob",), 1 << 30, 1.0, 1),),  # keyword only
-    "npu_dropout_with_add_softmax": (Switch(("prob",), 3, None, 0),),
-}
-# Python functions that draw before any tagged aten op, and torch_npu's, which torch does not tag.
-_UNTAGGED = frozenset({"gumbel_softmax", "npu_dropout", "npu_dropout_gen_mask", "_npu_dropout",
-                       "npu_random_choice_with_mask", "npu_sim_exponential_"})
-# Ops whose result is (or may be, growing a tensor in place) uninitialized memory: no two runs need agree.
-_UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
-_GROWN = frozenset({"resize_", "resize_as_"})
+def switched(*switches: Switch) -> Randomness:
+    """An op that draws random numbers only while every one of its switches is on."""
+    return Randomness(switches)
 
+
+KEYWORD_ONLY = 1 << 30  # a switch's position where the op takes it by keyword only
 ALWAYS = Randomness()
 UNINITIALIZED = Randomness(why="its result is uninitialized memory")
-
-# Each op's randomness by its catalogue name: what ops.catalogue joins into its records.
-RANDOMNESS: Mapping[str, Randomness] = MappingProxyType({
-    **{folded_name(op): ALWAYS for op in SEEDED_ATEN_OPS | _UNTAGGED},
-    **{op: UNINITIALIZED for op in _UNINITIALIZED},
-    **{folded_name(op): Randomness(why=UNINITIALIZED.why, in_place_only=True) for op in _GROWN},
-    **{op: Randomness(switches) for op, switches in _SWITCHED.items()},
-})
+GROWN = Randomness(why=UNINITIALIZED.why, in_place_only=True)  # resize_ grows a tensor in place; resize is a view
+DROPOUT = switched(Switch(("p",), 1, 0.5, 0), Switch(("training", "train"), 2, True, False))
+RNN_DROPOUT = switched(Switch(("dropout",), 5, 0.0, 0), Switch(("train",), 6, True, False))
+FRACTIONAL = switched(Switch(("_random_samples",), 5, None, _GIVEN))  # its samples drawn, unless passed in
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..precision.standards import STANDARDS
+from ..precision import STANDARDS
 
 ENTRY_POINT_GROUP = "pytest_npuprecision.ops"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -77,7 +77,9 @@ class ResolvedOp:
         the table row of the op it is like; every other op as they are."""
         if not (self.like or self.standard):
             return rules
-        return rules.with_twin(self.api_name, self.like, standard=self.standard)
+        from .catalogue import judged_like  # lazy: the catalogue reads the bounds' and fused tables
+
+        return judged_like(rules, self.api_name, self.like, standard=self.standard)
 
     @property
     def reflected(self) -> bool:

@@ -98,7 +98,7 @@ def collecting_layer(config: pytest.Config) -> ModuleType:
 def npu_precision_capture(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """``with npu_precision_capture(): loss = model(x).sum(); loss.backward()`` records every API call of
     the block as an msprobe dump and checks each one as ``--npu-precision`` would (docs/capture.md)."""
-    from ..capturing.fixture import CaptureFixture  # torch is imported only by tests that use the fixture
+    from ..capturing import CaptureFixture  # torch is imported only by tests that use the fixture
     from .settings import run_settings_for
 
     report = request.config.getoption("npu_precision_report")
@@ -146,7 +146,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         path = Path(arg.partition("::")[0])
         if not (path.is_dir() or path.name == "dump.json"):
             continue
-        from ..dump.locations import find_dumps
+        from ..dump import find_dumps
 
         found = len(find_dumps(path))
         if found:

@@ -15,8 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from ..reports import gating, run_facts
-from ..reports.report_files import Collector
+from ..reports import Collector, gating, run_facts
 from . import idle_hypothesis
 from .dump_options import check_dumps, found_dumps
 from .options import is_xdist_controller

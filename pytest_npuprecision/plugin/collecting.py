@@ -14,19 +14,16 @@ from types import ModuleType
 
 import pytest
 
-from ..checks.case_run import CaseInputError, CaseResult, CaseSkipped, OutputVerdict, ReplayError, run_case
-from ..checks.collectives.ranks import DumpIndex
-from ..common.shown_text import shown_key
-from ..common.warning_types import JudgedDtypeWarning
-from ..dump.dump_cases import DumpCase, DumpFile, load_dump, recorded_nonfinite, without_cyclic_gc
-from ..dump.locations import DumpSource
-from ..opcases.failures import OpCaseFailure, OpCaseUsageError
-from ..precision.verdict import Status, render_message
+from ..checks import CaseInputError, CaseResult, CaseSkipped, DumpIndex, OutputVerdict, ReplayError, run_case
+from ..common import JudgedDtypeWarning, shown_key
+from ..dump import DumpCase, DumpFile, DumpSource, load_dump, recorded_nonfinite, without_cyclic_gc
+from ..opcases import OpCaseFailure, OpCaseUsageError
+from ..precision import Status, render_message
 from ..replay import threads
-from ..reports import gating, run_facts
-from ..reports.gating import KnownFailureRegression
-from ..reports.records import RECORD, carried, case_record, junit_properties, new_record
-from ..reports.summary import STRICT_WARNINGS_NOTE, failing_outputs
+from ..reports import (
+    KnownFailureRegression, RECORD, STRICT_WARNINGS_NOTE, carried, case_record, failing_outputs, gating,
+    junit_properties, new_record, run_facts,
+)
 from .dump_options import found_dumps
 from .settings import local_facts, rerun_command, run_settings_for
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..dump.locations import DumpSource, find_dumps, holds_tensor_files, is_dump_part
+from ..dump import DumpSource, find_dumps, holds_tensor_files, is_dump_part
 
 _DUMPS = pytest.StashKey["list[tuple[str, list[DumpSource]]]"]()
 

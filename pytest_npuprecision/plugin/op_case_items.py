@@ -14,19 +14,14 @@ import pytest
 import torch
 
 from ..backends import Backend
-from ..checks.case_run import baseline_label, golden_label
-from ..opcases.failures import OpCaseFailure, OpCaseUsageError
-from ..opcases.message import render_outcome
-from ..opcases.regression import write_regression
-from ..opcases.run import ExampleResult, case_seed
-from ..opcases.schema import (
-    CASE_DTYPES, MAX_EXAMPLES, SchemaError, count, parse_dtypes, parse_limits, parse_standard,
+from ..checks import baseline_label, golden_label
+from ..opcases import (
+    BrokenCase, CASE_DTYPES, ExampleResult, MAX_EXAMPLES, OpCase, OpCaseFailure, OpCaseSettings, OpCaseUsageError,
+    Outcome, PROFILES, SchemaError, case_seed, check_case, count, dtype_name, op_label, parse_dtypes, parse_limits,
+    parse_standard, render_outcome, write_regression,
 )
-from ..opcases.search import PROFILES, OpCaseSettings, Outcome, check_case
-from ..opcases.spec import BrokenCase, OpCase, dtype_name, op_label
-from ..precision.verdict import Status
-from ..reports.gating import GATE, KnownFailureRegression
-from ..reports.records import RECORD, new_record, output_record
+from ..precision import Status
+from ..reports import GATE, KnownFailureRegression, RECORD, new_record, output_record
 
 _SETTINGS = pytest.StashKey[OpCaseSettings]()
 
@@ -127,8 +122,8 @@ def _failed_status(result: ExampleResult | None) -> str:
 
 class OpCaseFile(pytest.File):
     def collect(self) -> Iterable[pytest.Item]:
-        from ..opcases.regression import with_current_settings
-        from ..opcases.schema import load_case_file
+        from ..opcases import with_current_settings
+        from ..opcases import load_case_file
 
         origins: dict = {}
         for case in load_case_file(self.path, self.config.rootpath):

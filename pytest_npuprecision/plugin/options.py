@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..common.math_modes import DEFAULT_POLICY, POLICIES, declared_modes
-from ..common.memory_sizes import parse_size
+from ..common import DEFAULT_POLICY, POLICIES, declared_modes, parse_size
 
 # Options that shape a verdict and their defaults: the rerun command repeats those given otherwise.
 VERDICT_DEFAULTS = {"npu_precision_device": "auto", "npu_precision_golden": "cpu", "npu_precision_baseline": "none",

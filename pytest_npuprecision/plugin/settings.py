@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..reports.run_facts import RunFacts, from_workers
+from ..reports import RunFacts, from_workers
 from .options import VERDICT_DEFAULTS
 
 if TYPE_CHECKING:
     from ..backends import Backend
-    from ..checks.baseline_dump import BaselineDump
-    from ..checks.case_run import Settings
-    from ..checks.recorded_baseline import RecordedBaseline
+    from ..checks import BaselineDump
+    from ..checks import Settings
+    from ..checks import RecordedBaseline
 
 _SETTINGS = pytest.StashKey["Settings"]()
 
@@ -49,7 +49,7 @@ def _error_data_folder(config: pytest.Config) -> Path | None:
 def _device_option(config: pytest.Config) -> Backend:
     """The device under test, told its float32 modes or pinned to IEEE float32 as the options say."""
     from ..backends import BackendError, DumpedOutputs
-    from ..common.math_modes import declared_modes
+    from ..common import declared_modes
 
     device = backend_option(config, "npu_precision_device", "device")
     declared = config.getoption("npu_precision_fp32_modes")
@@ -73,8 +73,8 @@ def _device_option(config: pytest.Config) -> Backend:
 
 
 def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | BaselineDump | None:
-    from ..checks.baseline_dump import BaselineDump, BaselineDumpError, is_dump_path
-    from ..checks.recorded_baseline import BaselineFileError, RecordedBaseline
+    from ..checks import BaselineDump, BaselineDumpError, is_dump_path
+    from ..checks import BaselineFileError, RecordedBaseline
 
     value = config.getoption("npu_precision_baseline")
     if value == "none":
@@ -107,15 +107,15 @@ def _baseline_option(config: pytest.Config) -> Backend | RecordedBaseline | Base
 def run_settings_for(config: pytest.Config) -> Settings:
     """The device, golden, baseline and rules of this run, made once from the options."""
     if _SETTINGS not in config.stash:
-        from ..common.torch_compat import UnsupportedEnvironment, check_environment
+        from ..common import UnsupportedEnvironment, check_environment
 
         try:  # before anything runs: an old torch or one without its numpy fails each case otherwise
             check_environment()
         except UnsupportedEnvironment as exc:
             raise pytest.UsageError(str(exc)) from None
-        from ..checks.case_run import Settings
-        from ..precision.rules import Rules
-        from ..replay.memory_budget import default_budget
+        from ..checks import Settings
+        from ..precision import Rules
+        from ..replay import default_budget
 
         rules = Rules.default()
         if config.getoption("npu_precision_rules"):

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..common.dtypes import FloatFormat
+from ..common import FloatFormat
 
 ROUNDING_DOMINATED = 4  # bound <= 4·u·|golden|: the output's rounding and little else
 

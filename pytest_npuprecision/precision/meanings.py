@@ -2,7 +2,7 @@
 HTML report's legend) and the docs section that explains a failure.
 
 Plain text, so that the reports can be written where torch was never imported. The sections are
-headings of docs/standards.md; tests/test_docs.py checks that each one exists.
+headings of docs/standards.md; tests/project/test_docs.py checks that each one exists.
 """
 
 from __future__ import annotations

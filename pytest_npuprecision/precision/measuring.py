@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from ..common.dtypes import FloatFormat, float_format, quantized_grid
+from ..common import FloatFormat, float_format, quantized_grid
 from .element_bound import ROUNDING_DOMINATED, error_bound, flat_term_norm, order_rmse, small_value_rule
 from .metrics import CANCELLED, FIT_ELEMENTS, Accumulation, MetricParams, Metrics, WorstIndices, element_index
 from .row_statistics import alike_rows, repetition_of, rounding_bound, row_statistics, shared_shift

@@ -11,8 +11,7 @@ from typing import Sequence
 
 import torch
 
-from ..common.dtypes import FloatFormat
-from ..common.math_modes import MathMode
+from ..common import FloatFormat, MathMode
 
 # An element whose golden is below this share of the L2 norm of its summed terms has cancelled
 # four bits or more: its |error| / |golden| measures the cancellation, not the kernel.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common.dtypes import FloatFormat
+from ..common import FloatFormat
 from .element_bound import (
     ONE_ROUNDING_RMS, ROUNDING_DOMINATED, ROUNDING_RMS, TERM_ROUNDINGS, error_bound, flat_term_norm,
     order_widening,

@@ -1,8 +1,10 @@
-"""The threshold table and the op table: loading, user overrides, and lookups.
+"""The threshold table and a user's op rows: loading, user overrides, and lookups.
 
-Both tables are YAML data shipped in ``data/``; users layer their own YAML or Python mappings on
-top with :meth:`Rules.merged`. Nothing here computes a metric or decides a verdict: the standards a table
-may name, and how each keys its limits, are the registry's (precision/standards).
+The threshold table is YAML data shipped in ``data/``; each op's built-in row (standard, level,
+roundings) is its catalogue record's (ops/table/), and a user's rows, from YAML or Python mappings
+layered with :meth:`Rules.merged`, go over it (ops.catalogue.op_rule joins the two). Nothing here
+computes a metric or decides a verdict: the standards a table may name, and how each keys its limits,
+are the registry's (precision/standards).
 """
 
 from __future__ import annotations
@@ -95,24 +97,38 @@ class OpRule:
         """The standard this row names for op's output: its backward one for a gradient."""
         return self.backward if op is not None and op.direction == "backward" else self.standard
 
+    def overridden_by(self, new: "OpRule | None") -> "OpRule":
+        """This row with what ``new`` sets on top: its standards, level, roundings and limits."""
+        if new is None:
+            return self
+        limits = {k: dict(v) for k, v in self.limits.items()}
+        for standard, metrics in new.limits.items():
+            limits.setdefault(standard, {}).update(metrics)
+        return OpRule(standard=new.standard or self.standard, backward=new.backward or self.backward,
+                      level=new.level if new.level != "L0" else self.level, roundings=new.roundings or self.roundings,
+                      limits=limits)
+
 
 @dataclass(frozen=True)
 class Rules:
-    """The merged tables: per-dtype metric constants, standard limits and per-op rules."""
+    """The merged tables: per-dtype metric constants, standard limits, and a user's per-op rows, which go
+    over each op's built-in row (its catalogue record's: ops.catalogue.op_rule reads both)."""
 
     dtypes: Mapping[str, MetricParams]
     benchmark_floors: Mapping[str, float]
     limits: Mapping[str, Mapping[str, Any]]  # standard -> raw limit table (per dtype or per level)
-    ops: Mapping[str, OpRule]
+    ops: Mapping[str, OpRule]  # a user's rows by op name ("gelu" or "Functional.gelu"); none shipped
     backward_roundings: int = 0  # intermediate roundings every backward case may make
-    dtype_grid_golden: frozenset[str] = frozenset()  # ops whose golden runs in the input's dtype (ops.yaml)
+    dtype_grid_golden: frozenset[str] = frozenset()  # a user's ops whose golden runs in the input's dtype
 
     @classmethod
     def default(cls) -> "Rules":
         return _default_rules()
 
     @classmethod
-    def from_mapping(cls, thresholds: Mapping, ops: Mapping) -> "Rules":
+    def from_mapping(cls, thresholds: Mapping, ops: Mapping | None = None) -> "Rules":
+        """The thresholds table, and op rows in the shape of a rules file's (standards, levels, ops)."""
+        ops = ops or {}
         return cls(
             dtypes=MappingProxyType({k: _params(k, v) for k, v in thresholds["dtypes"].items()}),
             benchmark_floors=MappingProxyType(
@@ -120,16 +136,18 @@ class Rules:
             ),
             limits=MappingProxyType(dict(thresholds["standards"])),
             ops=MappingProxyType(_op_rules(ops)),
-            backward_roundings=_roundings(ops.get("backward_roundings", 0), "backward_roundings"),
+            backward_roundings=_roundings(ops.get("backward_roundings", thresholds.get("backward_roundings", 0)),
+                                          "backward_roundings"),
             dtype_grid_golden=frozenset(ops.get("dtype_grid_golden") or ()),
         )
 
     def merged(self, overrides: Mapping[str, Any] | str | Path) -> "Rules":
         """These rules with a user's overrides on top (a mapping, or a YAML file path).
 
-        The override file has the shape of the shipped tables: ``dtypes:`` and ``standards:`` as in
-        thresholds.yaml, ``standards:`` lists, ``levels:`` and ``ops:`` as in ops.yaml. A file is
-        checked by schemas.rules_file first; every error names it.
+        The override file has the shape of the shipped thresholds table (``dtypes:`` and ``standards:``
+        as in thresholds.yaml), plus op rows: ``standards:`` lists of op names, ``levels:`` and ``ops:``
+        (docs/standards.md, "Overriding the tables"). A file is checked by schemas.rules_file first;
+        every error names it.
         """
         if isinstance(overrides, (str, Path)):
             path = Path(overrides)
@@ -164,7 +182,7 @@ class Rules:
         lists = {k: v for k, v in standards_section.items() if not isinstance(v, Mapping)}
         for name, rule in _op_rules({"standards": lists, "levels": data.get("levels") or {},
                                      "ops": data.get("ops") or {}}).items():
-            ops[name] = _merge_rule(ops.get(name), rule)
+            ops[name] = rule if name not in ops else ops[name].overridden_by(rule)
         backward = data.get("backward_roundings", self.backward_roundings)
         return Rules(MappingProxyType(dtypes), MappingProxyType(floors), MappingProxyType(limits),
                      MappingProxyType(ops), _roundings(backward, "backward_roundings"),
@@ -178,11 +196,10 @@ class Rules:
                                        roundings=roundings, limits=limits).items() if v is not None}
         return self.merged({"ops": {name: entry}})
 
-    def with_twin(self, name: str, twin: str | None, *, standard: str | None = None,
-                  limits: Mapping[str, Mapping[str, Any]] | None = None, roundings: int | None = None) -> "Rules":
-        """These rules with op ``name`` judged by the table row of built-in ``twin`` (a custom op's
-        ``like``), then by the given standard, limits and roundings."""
-        row = self.op_rule(parse_op_name(twin or name))
+    def with_row(self, name: str, row: OpRule, *, standard: str | None = None,
+                 limits: Mapping[str, Mapping[str, Any]] | None = None, roundings: int | None = None) -> "Rules":
+        """These rules with op ``name`` judged by ``row`` (a built-in twin's, for a custom op's ``like``:
+        ops.catalogue.judged_like), then by the given standard, limits and roundings."""
         merged = {kind: dict(metrics) for kind, metrics in row.limits.items()}
         for kind, metrics in (limits or {}).items():
             merged.setdefault(kind, {}).update(metrics)
@@ -198,15 +215,16 @@ class Rules:
     def benchmark_floor(self, dtype: torch.dtype) -> float:
         return self.benchmark_floors.get(str(dtype).removeprefix("torch."), self.benchmark_floors["float32"])
 
-    def roundings(self, op: OpName | None) -> int:
-        """Intermediate roundings to the output dtype that a fair implementation of op makes."""
-        own = self.op_rule(op).roundings
-        return max(own, self.backward_roundings) if op is not None and op.direction == "backward" else own
+    def roundings(self, op: OpName | None, row: OpRule) -> int:
+        """Intermediate roundings to the output dtype that a fair implementation of op makes, its row says."""
+        return max(row.roundings, self.backward_roundings) if op is not None and op.direction == "backward" \
+            else row.roundings
 
-    def op_rule(self, op: OpName | None) -> OpRule:
+    def override(self, op: OpName | None) -> OpRule | None:
+        """The user's row for op (its qualified name's, else its bare name's), or None."""
         if op is None:
-            return OpRule()
-        return self.ops.get(op.qualified) or self.ops.get(op.bare) or OpRule()
+            return None
+        return self.ops.get(op.qualified) or self.ops.get(op.bare)
 
     def limits_for(self, standard: str, dtype: torch.dtype, rule: OpRule) -> dict[str, Limit]:
         """The standard's limits for one output: its flat limits, under them those of the output's
@@ -280,10 +298,11 @@ def _op_rules(ops: Mapping) -> dict[str, OpRule]:
             rules.setdefault(name, {})["level"] = level
     for name, entry in (ops.get("ops") or {}).items():
         rules.setdefault(name, {}).update(entry or {})
-    return {name: _rule(name, entry) for name, entry in rules.items()}
+    return {name: op_row(name, entry) for name, entry in rules.items()}
 
 
-def _rule(name: str, entry: Mapping) -> OpRule:
+def op_row(name: str, entry: Mapping) -> OpRule:
+    """One op's row from its entry (standard, backward, level, roundings, limits), checked: errors name the op."""
     unknown = set(entry) - {"standard", "backward", "level", "roundings", "limits"}
     if unknown:
         raise ValueError(
@@ -309,21 +328,6 @@ def _roundings(value: Any, where: str) -> int:
     return value
 
 
-def _merge_rule(old: OpRule | None, new: OpRule) -> OpRule:
-    if old is None:
-        return new
-    limits = {k: dict(v) for k, v in old.limits.items()}
-    for standard, metrics in new.limits.items():
-        limits.setdefault(standard, {}).update(metrics)
-    return OpRule(
-        standard=new.standard or old.standard,
-        backward=new.backward or old.backward,
-        level=new.level if new.level != "L0" else old.level,
-        roundings=new.roundings or old.roundings,
-        limits=limits,
-    )
-
-
 def _deep_merge(base: Mapping, extra: Mapping) -> dict:
     out = dict(base)
     for key, value in extra.items():
@@ -345,7 +349,7 @@ def schema_vocabulary():
 
 
 def _load_yaml(path: Path) -> Mapping:
-    from ..config.files import ConfigError, load_yaml, validate
+    from ..config import ConfigError, load_yaml, validate
     from .rules_schema import rules_file
 
     try:
@@ -358,7 +362,6 @@ def _load_yaml(path: Path) -> Mapping:
 
 @lru_cache(maxsize=1)
 def _default_rules() -> Rules:
+    """The shipped thresholds, and no op row of a user's: each op's own is its catalogue record's."""
     data = resources.files("pytest_npuprecision") / "data"
-    thresholds = yaml.safe_load((data / "thresholds.yaml").read_text(encoding="utf-8"))
-    ops = yaml.safe_load((data / "ops.yaml").read_text(encoding="utf-8"))
-    return Rules.from_mapping(thresholds, ops)
+    return Rules.from_mapping(yaml.safe_load((data / "thresholds.yaml").read_text(encoding="utf-8")))

@@ -12,9 +12,7 @@ from typing import Annotated, Any, Dict, List, Optional, Union
 
 from pydantic import BeforeValidator, Discriminator, Tag, create_model
 
-from ..config.schema_fields import (
-    FloatDtype, LimitNumber, Name, Record, count, float_dtype_names, list_of, mapping, one_of,
-)
+from ..config import FloatDtype, LimitNumber, Name, Record, count, float_dtype_names, list_of, mapping, one_of
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ def _section_branch(value: Any) -> str | None:
 
 
 def _section(words: Vocabulary, standard: str) -> Any:
-    # A list of op names (as in ops.yaml) or limits (as in thresholds.yaml).
+    # A list of op names (a standard's ops) or limits (as in thresholds.yaml).
     return Annotated[Union[Annotated[List[Name], Tag("(names)")], Annotated[_standard_table(words, standard), Tag("(table)")]],
                      Discriminator(_section_branch, custom_error_type="expected",
                                    custom_error_message="expected a list of op names or a mapping of limits")]
@@ -115,7 +113,8 @@ def _rules_models(words: Vocabulary) -> tuple[type[Record], type[Record]]:
 
 
 def rules_file(words: Vocabulary) -> type[Record]:
-    """--npu-precision-rules: the shape of thresholds.yaml and ops.yaml, every section optional."""
+    """--npu-precision-rules: the shape of thresholds.yaml plus op rows (standards, levels, ops), every section
+    optional."""
     return _rules_models(words)[0]
 
 

@@ -12,11 +12,9 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..bounds.accumulation_rule import AccumulationRule
-from ..bounds.terms.repeated_terms import term_repeats
-from ..ops.catalogue import op_record
-from ..ops.resolution import ResolvedOp
-from ..precision.metrics import Accumulation
+from ..bounds import AccumulationRule, term_repeats
+from ..ops import ResolvedOp, op_record
+from ..precision import Accumulation
 from .sides import Side, blocked_matmul, flatten_outputs, golden_for, prepare, side_arguments, tensor_paths
 
 

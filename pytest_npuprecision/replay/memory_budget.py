@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import torch
 
-from ..dump.descriptors import CaseEntries, DecodedCall, DescriptorError, TensorSpec, decode_value, iter_specs
+from ..dump import CaseEntries, DecodedCall, DescriptorError, TensorSpec, decode_value, iter_specs
 
 _GOLDEN_ITEMSIZE = 8  # float64
 _METRIC_BYTES = 32  # float64 error, bound and mask work per output element

@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..bounds.terms import sampling_terms
-from ..common.dtypes import float_format
-from ..ops.catalogue import op_record
+from ..bounds import sampling_terms
+from ..common import float_format
+from ..ops import op_record
 from .sides import OpExecutionError, Side, run_side, tensor_paths
 
 # Seeded draws, each moving every input element by a random share in [-u, u] of its own rounding,
@@ -112,9 +112,9 @@ class GoldenSpread:
         op, args, kwargs, golden, grad_paths, cotangents, seed = self._run
         draws = []
         for draw in range(DRAWS):
-            jitter = Jitter(_generator(seed, draw), normwise=op_record(op.base_name).normwise, units=self._units,
-                            unit=self._unit,
-                            coordinates=sampling_terms.coordinate_paths(op.base_name))
+            record = op_record(op.base_name)
+            jitter = Jitter(_generator(seed, draw), normwise=record.normwise, units=self._units, unit=self._unit,
+                            coordinates=record.accumulation.coordinates if record.accumulation else frozenset())
             side = replace(golden, jitter=jitter)
             moved_cotangents = {n: jitter(c, golden.float_dtype or c.dtype) for n, c in cotangents.items()}
             try:

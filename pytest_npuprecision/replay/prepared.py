@@ -14,9 +14,9 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import torch
 
-from ..common.math_modes import DEFAULT_POLICY
-from ..dump.recorded import RecordedResults
-from ..ops.resolution import ResolvedOp
+from ..common import DEFAULT_POLICY
+from ..dump import RecordedResults
+from ..ops import ResolvedOp
 
 
 @dataclass(frozen=True)

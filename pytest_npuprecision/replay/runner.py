@@ -25,13 +25,10 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import torch
 
 from ..backends import Backend, auto_backend, float32_modes_of, load_backend
-from ..common.math_modes import MathMode
-from ..ops.catalogue import op_record
-from ..common.torch_compat import aminmax
-from ..dump.recorded import RecordedResults, leaf_gradients, positional_gradients
-from ..ops.registry import name_of
-from ..ops.resolution import ResolvedOp
-from ..precision.metrics import Accumulation
+from ..common import MathMode, aminmax
+from ..ops import ResolvedOp, name_of, op_record
+from ..dump import RecordedResults, leaf_gradients, positional_gradients
+from ..precision import Accumulation
 from .cotangents import output_gradients
 from .error_bounds import forward_accumulation, grad_accumulations, output_norm
 from .perturbed import GoldenSpread

@@ -15,9 +15,8 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 import torch
 
 from ..backends import Backend
-from ..common.dtypes import quantized_grid
-from ..common.torch_compat import default_device, rms_norm_eps
-from ..ops.resolution import ResolvedOp
+from ..common import default_device, quantized_grid, rms_norm_eps
+from ..ops import ResolvedOp
 
 
 class OpExecutionError(RuntimeError):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..ops.catalogue import op_record
+from ..ops import op_record
 
 # A score is a few correctly rounded steps from the inputs: an exp or sigmoid, the softmax's shared
 # division (which moves every candidate of a row alike, so it cannot reorder them), a bias added. A

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..bounds.accumulation_rule import AccumulationRule
-from ..ops.resolution import ResolvedOp
+from ..bounds import AccumulationRule
+from ..ops import ResolvedOp
 from .sides import Side, flatten_outputs, side_arguments, tensor_paths
 
 

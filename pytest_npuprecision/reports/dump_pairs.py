@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..common.shown_text import shown_key
+from ..common import shown_key
 
 _LISTED = 3
 # Why a device entry had no partner (CaseResult.unpaired), as the summary says it.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..config.files import ConfigError, load_json, validate
+from ..config import ConfigError, load_json, validate
 from .summary import ACCEPTABLE, check_excess, excess, failing_checks, is_failing, number
 
 # The reason an update writes for a new entry: every run warns about it until someone writes the real one.

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Dict, List
 
 from pydantic import BeforeValidator
 
-from ..config.schema_fields import Number, Record, Text, list_of, mapping, one_of
+from ..config import Number, Record, Text, list_of, mapping, one_of
 from .summary import ACCEPTABLE
 
 

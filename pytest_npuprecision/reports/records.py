@@ -16,8 +16,8 @@ import pytest
 from .summary import ALL_CHECKS, worst_check
 
 if TYPE_CHECKING:
-    from ..checks.case_run import CaseResult, Settings
-    from ..dump.dump_cases import DumpCase
+    from ..checks import CaseResult, Settings
+    from ..dump import DumpCase
 
 RECORD = pytest.StashKey[dict]()  # an item's case record, carried to the controller on its call report
 

@@ -18,9 +18,9 @@ from typing import Callable
 import pytest
 
 from .. import __version__
-from ..checks.recorded_baseline import write_record
-from ..common.shown_text import shown_key
-from ..precision.meanings import failure_sections
+from ..checks import write_record
+from ..common import shown_key
+from ..precision import failure_sections
 from ..replay import threads
 from . import run_facts
 from .dump_pairs import nothing_paired_line, paired_nothing, pairing_line, parting_lines

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..common.math_modes import describe_modes
+from ..common import describe_modes
 from ..replay import threads
 
 if TYPE_CHECKING:
-    from ..checks.case_run import Settings
+    from ..checks import Settings
 
 _WORKER_KEY = "npu_precision_run"
 _FROM_WORKERS = pytest.StashKey["RunFacts"]()

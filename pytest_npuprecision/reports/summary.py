@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Any, Iterable
 
-from ..common.shown_text import shown_key
+from ..common import shown_key
 
 FAILING = ("error", "input-error", "harness-error")
 ACCEPTABLE = ("error", "warning", "input-error")  # what a known failure may accept

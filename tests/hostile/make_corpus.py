@@ -1,6 +1,6 @@
 """A corpus of hostile dumps: each item a dump folder with one bad entry (or a bad file) and one good entry.
 
-Run ``python tests/hostile/make_corpus.py OUTDIR`` to write it; tests/test_hostile.py builds it in a
+Run ``python tests/hostile/make_corpus.py OUTDIR`` to write it; tests/end_to_end/test_hostile.py builds it in a
 temporary folder and checks that every item ends as the skip, input error or usage error it names,
 that no payload runs, that nothing outside the dump is opened, and that the good entry still passes.
 Nothing here is committed as a binary: every file is made by this script.

@@ -27,8 +27,7 @@ from ..op_arguments import argument
 # Roundings a fair kernel makes in one coordinate: the scale, the product and the offset (grid_sample:
 # the shift by 1, the product by the size and the offset), each of up to (|coordinate| + 1) u.
 COORDINATE_ROUNDINGS = 3.0
-SAMPLERS = frozenset({"grid_sample", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d"})
-_GRID_PATHS = frozenset({"input_args[1]", "input_kwargs['grid']"})
+GRID_PATHS = frozenset({"input_args[1]", "input_kwargs['grid']"})
 _STEP = 2.0 ** -24  # of a normalized coordinate in [-1, 1]: float64 differences stay exact to ~1e-9
 _GRID_MODES = ("bilinear", "nearest", "bicubic")
 # Taps each output reads per spatial dim, by mode (interpolate's and grid_sample's names).
@@ -55,10 +54,6 @@ class _GridCall:
                    ("zeros", "border", "reflection")[padding] if isinstance(padding, int) else padding,
                    bool(argument(args, kwargs, 4, "align_corners", default=False)))
 
-
-def coordinate_paths(op: str) -> frozenset[str]:
-    """The argument paths of an op's sampling coordinates (grid_sample's grid); none for other ops."""
-    return _GRID_PATHS if op in SAMPLERS else frozenset()
 
 
 def grid_sample_sensitivity(args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...dump.descriptors import MalformedDescriptor, TensorSpec, decode_value
+from ...dump import MalformedDescriptor, TensorSpec, decode_value
 
 
 class CollectiveSkip(Exception):

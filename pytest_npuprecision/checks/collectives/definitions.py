@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...precision.metrics import Accumulation
+from ...precision import Accumulation
 from .calls import CollectiveCall, CollectiveSkip, Layout
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from ...dump.descriptors import MalformedDescriptor, TensorSpec, decode_value
-from ...precision.metrics import Accumulation
+from ...dump import MalformedDescriptor, TensorSpec, decode_value
+from ...precision import Accumulation
 from .calls import MAX_RANKS, CollectiveSkip
 from .definitions import Expected, RanksDisagree
 

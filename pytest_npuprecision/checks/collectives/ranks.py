@@ -13,10 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...dump.descriptors import DescriptorError
-from ...dump.dump_cases import DumpCase, DumpFile
-from ...dump.entries import EntryUnreadable
-from ...dump.locations import dump_location
+from ...dump import DescriptorError, DumpCase, DumpFile, EntryUnreadable, dump_location
 from .calls import CollectiveSkip, decode_collective
 from .fused import FUSED
 

@@ -13,14 +13,9 @@ from typing import Any
 
 import torch
 
-from ...common.memory_sizes import format_size
-from ...common.shown_text import shown_key
-from ...dump.descriptors import DescriptorError, DumpDataError, TensorSpec, iter_specs
-from ...dump.dump_cases import DumpCase
-from ...dump.locations import dump_location
-from ...dump.tensor_files import load_tensor
-from ...precision.error_profile import error_profile
-from ...precision.verdict import Status
+from ...common import format_size, shown_key
+from ...dump import DescriptorError, DumpCase, DumpDataError, TensorSpec, dump_location, iter_specs, load_tensor
+from ...precision import Status, error_profile
 from ..judging import judge
 from ..outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .calls import CollectiveCall, CollectiveSkip, decode_collective, layout_of

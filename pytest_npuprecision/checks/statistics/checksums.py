@@ -7,9 +7,8 @@ marks where the dumps part."""
 
 from __future__ import annotations
 
-from ...ops.catalogue import op_record
-from ...precision.standards import STANDARDS
-from ...precision.verdict import Check, Status
+from ...ops import op_record
+from ...precision import Check, STANDARDS, Status
 from .summaries import CallSummaries
 from .verdicts import Finding
 

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from ...common.dtypes import float_format
-from ...dump.descriptors import DecodedCall, TensorSpec
+from ...common import float_format
+from ...dump import DecodedCall, TensorSpec
 from .summaries import CallSummaries, Summary
 from .verdicts import Finding, finding
 

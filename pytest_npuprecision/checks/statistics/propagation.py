@@ -29,15 +29,11 @@ from typing import Any
 import torch
 
 from ...backends import Backend
-from ...common.dtypes import float_format
-from ...common.memory_sizes import format_size
-from ...dump.arguments import materialize
-from ...dump.descriptors import DescriptorError, DumpDataError, TensorSpec
-from ...dump.dump_cases import DumpCase
-from ...precision.element_bound import error_bound, flat_term_norm
-from ...ops.allowlist import unsafe_argument
-from ...replay.memory_budget import case_bytes
-from ...replay.runner import GoldenNotWide, OpExecutionError, RunOutput, run_call
+from ...common import float_format, format_size
+from ...dump import DescriptorError, DumpCase, DumpDataError, TensorSpec, materialize
+from ...precision import error_bound, flat_term_norm
+from ...ops import unsafe_argument
+from ...replay import GoldenNotWide, OpExecutionError, RunOutput, case_bytes, run_call
 from .summaries import STATISTICS, CallSummaries, Summary
 from .verdicts import Finding, finding
 

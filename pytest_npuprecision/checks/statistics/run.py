@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...dump.descriptors import CaseEntries, DescriptorError
-from ...dump.dump_cases import DumpCase
-from ...ops.catalogue import op_record
-from ...ops.resolution import resolve
-from ...precision.verdict import Status
+from ...dump import CaseEntries, DescriptorError, DumpCase
+from ...ops import op_record, resolve
+from ...precision import Status
 from ..outcomes import CaseInputError, CaseResult, CaseSkipped, OutputVerdict
 from .checksums import checksum_findings
 from .invariants import NoInvariant, check_invariants

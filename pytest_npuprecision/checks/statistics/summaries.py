@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...common.dtypes import float_format
-from ...dump.descriptors import CaseEntries, TensorSpec
-from ...dump.recorded import output_specs
+from ...common import float_format
+from ...dump import CaseEntries, TensorSpec, output_specs
 
 STATISTICS = ("Max", "Min", "Mean", "Norm")
 _FLOAT32_U = 2.0**-24

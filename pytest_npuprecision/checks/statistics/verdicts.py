@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...precision.verdict import Check, Judged, Status
+from ...precision import Check, Judged, Status
 
 # The standards a statistics judgement names: what one dump can prove, what two dumps of the same step show,
 # and whether two tensors are the same bits.

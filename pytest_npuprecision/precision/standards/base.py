@@ -70,7 +70,7 @@ class Standard:
 
     @property
     def section(self) -> str:
-        """Where docs/standards.md explains it (tests/test_docs.py checks that the heading exists)."""
+        """Where docs/standards.md explains it (tests/project/test_docs.py checks that the heading exists)."""
         return standard_section(self.name)
 
     def __repr__(self) -> str:

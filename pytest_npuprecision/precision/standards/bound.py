@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ...common.dtypes import float_format
+from ...common import float_format
 from ..element_bound import order_widening, small_value_rule
 from ..metrics import Limit, Metrics
 from ..verdict import Check

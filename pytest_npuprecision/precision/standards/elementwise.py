@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ...common.dtypes import float_format
+from ...common import float_format
 from ..element_bound import small_value_rule
 from ..metrics import Limit
 from .base import Standard, check

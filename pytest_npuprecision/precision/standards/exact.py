@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...common.dtypes import quantized_grid
+from ...common import quantized_grid
 from .base import Standard, Subject, check
 
 

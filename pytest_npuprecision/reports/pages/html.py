@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Iterable
 
-from ...precision.meanings import METRIC_MEANINGS, failure_sections, meaning
+from ...precision import METRIC_MEANINGS, failure_sections, meaning
 from . import svg_plots
 from ..dump_pairs import first_parting, pairing_line
 from ..summary import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ...common.shown_text import shown_key
+from ...common import shown_key
 
 # msprobe's details columns, in its order (its headers are Chinese; users' scripts read them).
 DETAILS_COLUMNS = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ....bounds.terms.dequantized_terms import dequantized_weight
+from ....bounds import dequantized_weight
 from ..opmath import opmath_dtype
 from ..record import FusedOp, UnjudgedFusedCall
 
