@@ -143,7 +143,8 @@ def ops_page() -> str:
              "fused/`) joins its record by name, and every op torch tags `nondeterministic_seeded` is random "
              "(\"torch's tag\"). The catalogue refuses a record that contradicts itself, naming the op; a "
              "`--npu-precision-rules` file goes over any record's standard, level and roundings "
-             "([docs/standards.md](../standards.md#overriding-the-tables)). Names are msprobe's after the prefix (`Functional.gelu` → `gelu`); "
+             "([docs/standards.md](../standards.md#overriding-the-tables)). Names are msprobe's after the prefix "
+             "(`Functional.gelu` → `gelu`); "
              "dunders and in-place variants are folded (`Tensor.__iadd__`, `Tensor.add_` → `add`). An op with "
              "no standard uses `error_bound` for float outputs; integer and bool outputs are always `binary`. "
              "With a baseline, every float op that is not binary is judged by the benchmark ratios at its "
@@ -154,8 +155,8 @@ def ops_page() -> str:
              "register one; `MindSpeed.<module>.<op>` names of the ops MindSpeed wraps are judged offline "
              "against the reference of the op they wrap (`gmm.npu_gmm`, `gmm.npu_gmm_v2`, "
              "`fusion_attention_v2.npu_fusion_attention`).\n\n",
-             table(["op", "family", "standard", "backward", "level", "roundings", "reduction", "float32 family", "traits",
-                    "statistics invariants", "torch_npu reference", "not supported, and why"], rows),
+             table(["op", "family", "standard", "backward", "level", "roundings", "reduction", "float32 family",
+                    "traits", "statistics invariants", "torch_npu reference", "not supported, and why"], rows),
              f"\n## Backward cases\n\nEvery backward case allows {Rules.default().backward_roundings} intermediate "
              "roundings in the output dtype (`backward_roundings` in thresholds.yaml): a gradient is a chain of "
              "ops, each free to round.\n"]

@@ -145,5 +145,5 @@ def random_reason(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
     return randomness.reason(args, kwargs)
 
 
-__all__ = ["Catalogue", "CatalogueError", "OpRecord", "UNKNOWN", "build", "catalogue", "golden_on_dtype_grid", "judged_like",
-           "op_record", "op_rule", "random_reason"]
+__all__ = ["Catalogue", "CatalogueError", "OpRecord", "UNKNOWN", "build", "catalogue", "golden_on_dtype_grid",
+           "judged_like", "op_record", "op_rule", "random_reason"]

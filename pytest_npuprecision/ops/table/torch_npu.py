@@ -176,7 +176,8 @@ QUANTIZATION = (
     op("npu_quant_matmul", "error_bound", roundings=4, elementwise=True),
     # x times an int8 weight dequantized on the fly: K terms, their norms through the dequantized weight.
     op("npu_weight_quant_batchmatmul", "error_bound", accumulation=AccumulationRule(
-        lambda a, k: argument(a, k, 0, "x").shape[-1], added=(6, "bias"), term_norm=dequantized_terms.weight_quant_terms,
+        lambda a, k: argument(a, k, 0, "x").shape[-1], added=(6, "bias"),
+        term_norm=dequantized_terms.weight_quant_terms,
         arguments=("x", "weight", "antiquant_scale", "antiquant_offset", "quant_scale", "quant_offset", "bias"))),
     op("npu_anti_quant", "error_bound", elementwise=True),  # (x + offset) * scale: two roundings and the cast
     op("npu_convert_weight_to_int4pack", "binary"),
@@ -215,9 +216,9 @@ UNJUDGED = (
         "npu_quant_gmm_alltoallv", "npu_quant_matmul_all_to_all", "npu_quant_mm_reduce_scatter",
         "npu_quant_reduce_scatter", "npu_moe_distribute_combine_setup", "npu_moe_distribute_combine_teardown",
         "npu_moe_distribute_dispatch_setup", "npu_moe_distribute_dispatch_teardown")),
-    *map(_workspace, ("_npu_fused_infer_attention_score_get_max_workspace",
-                      "npu_fused_infer_attention_score_get_max_workspace",
-                      "atb._npu_multi_head_latent_attention_get_workspace", "atb._npu_paged_attention_v2_get_workspace")),
+    *map(_workspace, (
+        "_npu_fused_infer_attention_score_get_max_workspace", "npu_fused_infer_attention_score_get_max_workspace",
+        "atb._npu_multi_head_latent_attention_get_workspace", "atb._npu_paged_attention_v2_get_workspace")),
     *map(_device_control, (
         "npu_alloc_float_status", "npu_get_float_status", "npu_clear_float_status", "erase_stream", "get_device_limit",
         "get_stream_limit", "set_device_limit", "set_stream_limit", "reset_stream_limit", "empty_with_format",
