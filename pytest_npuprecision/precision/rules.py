@@ -126,19 +126,16 @@ class Rules:
         return _default_rules()
 
     @classmethod
-    def from_mapping(cls, thresholds: Mapping, ops: Mapping | None = None) -> "Rules":
-        """The thresholds table, and op rows in the shape of a rules file's (standards, levels, ops)."""
-        ops = ops or {}
+    def from_mapping(cls, thresholds: Mapping) -> "Rules":
+        """The thresholds table, with no op row of a user's (:meth:`merged` adds them)."""
         return cls(
             dtypes=MappingProxyType({k: _params(k, v) for k, v in thresholds["dtypes"].items()}),
             benchmark_floors=MappingProxyType(
                 {k: float(v["benchmark_floor"]) for k, v in thresholds["dtypes"].items()}
             ),
             limits=MappingProxyType(dict(thresholds["standards"])),
-            ops=MappingProxyType(_op_rules(ops)),
-            backward_roundings=_roundings(ops.get("backward_roundings", thresholds.get("backward_roundings", 0)),
-                                          "backward_roundings"),
-            dtype_grid_golden=frozenset(ops.get("dtype_grid_golden") or ()),
+            ops=MappingProxyType({}),
+            backward_roundings=_roundings(thresholds.get("backward_roundings", 0), "backward_roundings"),
         )
 
     def merged(self, overrides: Mapping[str, Any] | str | Path) -> "Rules":

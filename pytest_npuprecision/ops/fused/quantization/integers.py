@@ -176,11 +176,8 @@ def npu_dynamic_quant(x, *, smooth_scales=None, group_index=None, dst_type=None)
     if smooth_scales is not None and group_index is None:
         values = values * smooth_scales.to(wide)
     elif smooth_scales is not None:
-        rows, start = values.reshape(-1, values.shape[-1]).clone(), 0
-        for group, end in enumerate(int_list(group_index)):
-            rows[start:end] = rows[start:end] * smooth_scales[group].to(wide)
-            start = max(start, end)
-        values = rows.reshape(values.shape)
+        values = _rows_by_group(values.reshape(-1, values.shape[-1]), group_index, smooth_scales,
+                                "npu_dynamic_quant").reshape(values.shape)
     scale = values.abs().amax(-1) / INT8_MAX
     return scaled_int8(values, scale[..., None], golden), scale if golden else scale.to(torch.float32)
 
